@@ -1,0 +1,19 @@
+"""graphc: a static-graph tensor compiler.
+
+Build a graph with placeholders, constants and variables; differentiate it with
+`grad`; run it with the reference interpreter (`evaluate`).
+"""
+from graphc_runtime.errors import (ArtifactError, CompileError, DeviceError, DTypeError,
+                                   FeedError, GraphcError, ShapeError)
+
+from . import random
+from .api import Tensor, as_tensor, constant, evaluate, placeholder, variable
+from .functions import *  # noqa: F401,F403
+from .functions import __dict__ as _fn_namespace
+from .ir import Graph, reset_default_graph
+from .ir.dtypes import ALL_DTYPES as dtypes_supported
+
+__version__ = "0.1.0"
+
+bool_, int32, int64 = "bool", "int32", "int64"
+float16, bfloat16, float32, float64 = "float16", "bfloat16", "float32", "float64"

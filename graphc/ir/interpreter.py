@@ -1,0 +1,75 @@
+"""The reference interpreter: evaluates a graph node by node with numpy.
+
+It is the oracle every compiled result is tested against, so it favours clarity and
+exactness over speed.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from graphc_runtime.errors import FeedError
+
+from . import dtypes
+from .graph import Graph, Node
+from .primitive import lookup
+
+
+def check_feed(node: Node, value) -> np.ndarray:
+    """Return `value` as an array if it matches placeholder `node`, else raise FeedError."""
+    label = node.attrs["name"]
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise FeedError(f"input {label!r}: expected a numpy array {node.type_str()}, got "
+                        f"{type(value).__name__}")
+    if value.shape != node.shape:
+        raise FeedError(f"input {label!r}: expected shape {node.shape}, got {value.shape}")
+    expected = dtypes.to_numpy(node.dtype)
+    if value.dtype != expected:
+        raise FeedError(f"input {label!r}: expected dtype {node.dtype}, got {value.dtype}")
+    return value
+
+
+def bind_feeds(graph: Graph, needed: list[Node], feeds: dict) -> dict[int, np.ndarray]:
+    """Map each placeholder node among `needed` to its checked feed value."""
+    by_name = {n.attrs["name"]: n for n in graph.placeholders()}
+    for name in feeds:
+        if name not in by_name:
+            known = ", ".join(sorted(by_name)) or "none"
+            raise FeedError(f"unknown input {name!r}; the graph's placeholders are: {known}")
+    bound = {}
+    for node in needed:
+        if node.op != "parameter":
+            continue
+        name = node.attrs["name"]
+        if name not in feeds:
+            raise FeedError(f"missing input {name!r} ({node.type_str()})")
+        bound[node.id] = check_feed(node, feeds[name])
+    return bound
+
+
+def run(graph: Graph, outputs: list[Node], feeds: dict | None = None,
+        variables: dict[str, np.ndarray] | None = None) -> list[np.ndarray]:
+    """Values of `outputs` given placeholder `feeds` (by name) and variable values."""
+    variables = graph.variables if variables is None else variables
+    needed = graph.ancestors(outputs)
+    values: dict[int, np.ndarray] = bind_feeds(graph, needed, feeds or {})
+    remaining_uses: dict[int, int] = {}
+    for n in needed:
+        for i in n.inputs:
+            remaining_uses[i.id] = remaining_uses.get(i.id, 0) + 1
+    keep = {o.id for o in outputs}
+    for node in needed:
+        if node.op == "parameter":
+            continue
+        if node.op == "variable":
+            values[node.id] = variables[node.attrs["name"]]
+            continue
+        args = [values[i.id] for i in node.inputs]
+        out = np.asarray(lookup(node.op).impl(args, node.attrs, node))
+        values[node.id] = out
+        for i in node.inputs:       # free what no later node reads
+            remaining_uses[i.id] -= 1
+            if remaining_uses[i.id] == 0 and i.id not in keep:
+                del values[i.id]
+    return [np.array(values[o.id], dtype=dtypes.to_numpy(o.dtype), copy=True) for o in outputs]

@@ -1,0 +1,75 @@
+"""Collectives across `axis_size` processes: all_reduce, all_gather, reduce_scatter.
+
+The graph records the number of participants so shapes stay static. The reference
+interpreter runs one process: with axis_size 1 each collective is the identity; with more
+it needs a communicator (see graphc.ir.interpreter).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from graphc_runtime.errors import DTypeError, ShapeError
+
+from ..primitive import define
+
+REDUCE_OPS = ("sum", "mean", "max")
+
+
+def _size(attrs):
+    n = attrs["axis_size"]
+    if not isinstance(n, int) or n < 1:
+        raise ShapeError(f"axis_size must be a positive int, got {n!r}")
+    return n
+
+
+def _axis(attrs, x):
+    axis = attrs["axis"]
+    if not isinstance(axis, int) or not 0 <= axis < x.ndim:
+        raise ShapeError(f"axis {axis!r} is out of range for {x.type_str()}")
+    return axis
+
+
+def _all_reduce_rule(inputs, attrs):
+    (x,) = inputs
+    _size(attrs)
+    if attrs["op"] not in REDUCE_OPS:
+        raise ShapeError(f"op must be one of {REDUCE_OPS}, got {attrs['op']!r}")
+    if x.dtype == "bool":
+        raise DTypeError("cannot all_reduce bool values")
+    if attrs["op"] == "mean" and not x.dtype.startswith(("float", "bfloat")):
+        raise DTypeError(f"mean all_reduce needs a float dtype, got {x.dtype}")
+    return x.shape, x.dtype
+
+
+def _all_gather_rule(inputs, attrs):
+    (x,) = inputs
+    n, axis = _size(attrs), _axis(attrs, x)
+    shape = list(x.shape)
+    shape[axis] *= n
+    return tuple(shape), x.dtype
+
+
+def _reduce_scatter_rule(inputs, attrs):
+    (x,) = inputs
+    n, axis = _size(attrs), _axis(attrs, x)
+    if x.dtype == "bool":
+        raise DTypeError("cannot reduce_scatter bool values")
+    if x.shape[axis] % n:
+        raise ShapeError(f"dimension {axis} of {x.type_str()} is not divisible by "
+                         f"axis_size {n}")
+    shape = list(x.shape)
+    shape[axis] //= n
+    return tuple(shape), x.dtype
+
+
+def _single_process(args, attrs, node):
+    if attrs["axis_size"] != 1:
+        from graphc_runtime.errors import GraphcError
+        raise GraphcError(f"{node.op} %{node.id} spans {attrs['axis_size']} processes; the "
+                          f"reference interpreter runs one (pass a communicator)")
+    return np.array(args[0], copy=True)
+
+
+define("all_reduce", "collective", _all_reduce_rule, _single_process, arity=1)
+define("all_gather", "collective", _all_gather_rule, _single_process, arity=1)
+define("reduce_scatter", "collective", _reduce_scatter_rule, _single_process, arity=1)

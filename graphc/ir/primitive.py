@@ -1,0 +1,115 @@
+"""The primitive registry and `bind`, the one way nodes enter a graph.
+
+A Primitive declares its shape/dtype rule and its numpy reference implementation in one
+place (graphc/ir/ops/*.py); its VJP rule lives in graphc/autodiff.py's rules table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
+
+from .graph import Graph, Node, current_graph
+from .source import user_location
+
+# kinds, used by passes and backends to pick a lowering family
+KINDS = ("elementwise", "source", "view", "reduce", "dot", "conv", "gather", "scatter",
+         "rng", "collective")
+
+
+@dataclass(frozen=True)
+class Primitive:
+    """A primitive's declaration: name, family, shape/dtype rule and reference impl.
+
+    rule(inputs, attrs) -> (shape, dtype); raises ShapeError/DTypeError on bad operands.
+    impl(args, attrs, node) -> np.ndarray of node.shape and node.dtype's storage type.
+    """
+    name: str
+    kind: str
+    rule: Callable
+    impl: Callable
+    arity: int | None = None          # number of inputs, None when variadic
+    differentiable: bool = True
+
+
+REGISTRY: dict[str, Primitive] = {}
+
+
+def define(name: str, kind: str, rule: Callable, impl: Callable, arity: int | None = None,
+           differentiable: bool = True) -> Primitive:
+    """Register a primitive; names are unique."""
+    if name in REGISTRY:
+        raise ValueError(f"primitive {name!r} defined twice")
+    if kind not in KINDS:
+        raise ValueError(f"unknown primitive kind {kind!r}")
+    prim = Primitive(name, kind, rule, impl, arity, differentiable)
+    REGISTRY[name] = prim
+    return prim
+
+
+def lookup(op: str) -> Primitive:
+    try:
+        return REGISTRY[op]
+    except KeyError:
+        raise GraphcError(f"unknown primitive {op!r}") from None
+
+
+def freeze(value):
+    """Attributes are immutable: lists become tuples, numpy scalars Python scalars."""
+    if isinstance(value, (list, tuple)):
+        return tuple(freeze(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def bind(op: str, inputs=(), attrs: dict | None = None, graph: Graph | None = None,
+         name: str | None = None, loc: str | None = None) -> Node:
+    """Apply primitive `op` to input nodes, checking shapes and dtypes; returns the new node."""
+    prim = lookup(op)
+    inputs = tuple(inputs)
+    if loc is None:
+        loc = user_location()
+    if prim.arity is not None and len(inputs) != prim.arity:
+        raise GraphcError(f"{op}: expects {prim.arity} operand(s), got {len(inputs)}", loc)
+    if graph is None:
+        graph = inputs[0].graph if inputs else current_graph()
+    for x in inputs:
+        if not isinstance(x, Node):
+            raise GraphcError(f"{op}: operand {x!r} is not a graph node", loc)
+        if x.graph is not graph:
+            raise GraphcError(f"{op}: operand {x.describe()} belongs to graph "
+                              f"{x.graph.name!r}, not {graph.name!r}; tensors of different "
+                              f"graphs cannot be combined", loc)
+    attrs = {k: freeze(v) for k, v in (attrs or {}).items()}
+    try:
+        shape, dtype = prim.rule(inputs, attrs)
+    except (ShapeError, DTypeError) as e:
+        if e.loc is None:
+            raise type(e)(f"{op}: {e.bare_message}", loc) from None
+        raise
+    return graph.add_node(op, inputs, attrs, tuple(int(d) for d in shape), dtype, name, loc)
+
+
+# --- helpers shared by the rules ------------------------------------------------------
+
+def normalize_axis(axis: int, ndim: int, what: str = "axis") -> int:
+    """Python-style negative axis -> non-negative; ShapeError if out of range."""
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+        raise ShapeError(f"{what} must be an int, got {axis!r}")
+    if not -ndim <= axis < max(ndim, 1) or (ndim == 0):
+        raise ShapeError(f"{what} {axis} is out of range for a tensor of rank {ndim}")
+    return int(axis) % ndim
+
+
+def fmt_shape(shape) -> str:
+    return "(" + ",".join(map(str, shape)) + ")"

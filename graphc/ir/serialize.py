@@ -1,0 +1,113 @@
+"""Graph <-> JSON, exact round trip: attributes, constants (raw bytes), variables, names."""
+from __future__ import annotations
+
+import base64
+import json
+
+import numpy as np
+
+from graphc_runtime.errors import ArtifactError
+
+from . import dtypes
+from .graph import Graph
+from .primitive import freeze, lookup
+
+FORMAT = "graphc-graph"
+VERSION = 1
+
+
+def encode_array(a: np.ndarray) -> dict:
+    a = np.array(a, order="C")
+    return {"__ndarray__": base64.b64encode(a.astype(a.dtype.newbyteorder("<")).tobytes()).decode(),
+            "dtype": dtypes.canonical(a.dtype), "shape": list(a.shape)}
+
+
+def decode_array(obj: dict) -> np.ndarray:
+    dtype = dtypes.to_numpy(obj["dtype"]).newbyteorder("<")
+    raw = base64.b64decode(obj["__ndarray__"])
+    a = np.frombuffer(raw, dtype=dtype).reshape(obj["shape"])
+    return a.astype(dtypes.to_numpy(obj["dtype"]))
+
+
+def _encode(value):
+    if isinstance(value, np.ndarray):
+        return encode_array(value)
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v) for v in value]}
+    if isinstance(value, float):
+        return {"__float__": value.hex()}      # exact, and NaN/inf safe
+    return value
+
+
+def _decode(value):
+    if isinstance(value, dict):
+        if "__ndarray__" in value:
+            return decode_array(value)
+        if "__tuple__" in value:
+            return tuple(_decode(v) for v in value["__tuple__"])
+        if "__float__" in value:
+            return float.fromhex(value["__float__"])
+    if isinstance(value, list):
+        return tuple(_decode(v) for v in value)
+    return value
+
+
+def graph_to_dict(graph: Graph, outputs=None) -> dict:
+    return {
+        "format": FORMAT, "version": VERSION, "name": graph.name,
+        "nodes": [{"id": n.id, "op": n.op, "inputs": [i.id for i in n.inputs],
+                   "attrs": {k: _encode(v) for k, v in n.attrs.items()},
+                   "shape": list(n.shape), "dtype": n.dtype, "name": n.name, "loc": n.loc}
+                  for n in graph.nodes],
+        "variables": {k: encode_array(v) for k, v in graph.variables.items()},
+        "outputs": [o.id for o in outputs] if outputs is not None else None,
+    }
+
+
+def graph_from_dict(data: dict):
+    """(graph, outputs or None) from `graph_to_dict`'s form; ArtifactError if malformed."""
+    try:
+        if data.get("format") != FORMAT:
+            raise ArtifactError(f"not a graphc graph (format {data.get('format')!r})")
+        if data.get("version") != VERSION:
+            raise ArtifactError(f"graph format version {data.get('version')!r} is not "
+                                f"supported (this graphc reads version {VERSION})")
+        graph = Graph(data["name"])
+        by_id = {}
+        for rec in data["nodes"]:
+            lookup(rec["op"])
+            inputs = [by_id[i] for i in rec["inputs"]]
+            attrs = {k: freeze(_decode(v)) for k, v in rec["attrs"].items()}
+            shape, dtype = lookup(rec["op"]).rule(inputs, attrs)
+            if tuple(shape) != tuple(rec["shape"]) or dtype != rec["dtype"]:
+                raise ArtifactError(f"node {rec['id']} ({rec['op']}) records type "
+                                    f"{rec['dtype']}{rec['shape']}, its operands give "
+                                    f"{dtype}{list(shape)}")
+            node = graph.add_node(rec["op"], inputs, attrs, tuple(shape), dtype,
+                                  rec["name"], rec["loc"])
+            if node.id != rec["id"]:
+                raise ArtifactError(f"node ids must be consecutive from 0, got {rec['id']}")
+            by_id[rec["id"]] = node
+            if node.name:
+                graph._node_names.add(node.name)
+        graph.variables = {k: decode_array(v) for k, v in data["variables"].items()}
+        outputs = None if data.get("outputs") is None else [by_id[i] for i in data["outputs"]]
+        return graph, outputs
+    except ArtifactError:
+        raise
+    except Exception as e:   # malformed structure of any kind
+        raise ArtifactError(f"malformed graph JSON: {type(e).__name__}: {e}") from None
+
+
+def dumps(graph: Graph, outputs=None) -> str:
+    return json.dumps(graph_to_dict(graph, outputs), sort_keys=True)
+
+
+def loads(text: str):
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError) as e:
+        raise ArtifactError(f"graph JSON does not parse: {e}") from None
+    if not isinstance(data, dict):
+        raise ArtifactError("graph JSON must be an object")
+    return graph_from_dict(data)
