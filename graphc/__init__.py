@@ -17,3 +17,6 @@ __version__ = "0.1.0"
 
 bool_, int32, int64 = "bool", "int32", "int64"
 float16, bfloat16, float32, float64 = "float16", "bfloat16", "float32", "float64"
+
+from .autodiff import grad, vjp  # noqa: E402
+from . import nn, optim  # noqa: E402
