@@ -130,9 +130,9 @@ class Tensor:
 
 # -- building nodes -------------------------------------------------------------------
 
-def bind(op: str, *operands: Tensor, **attrs) -> Tensor:
-    """Apply primitive `op` to tensors with attributes; the API's one door into the IR."""
-    return Tensor(_bind_node(op, [t.node for t in operands], attrs, loc=user_location()))
+def bind(primitive: str, *operands: Tensor, **attrs) -> Tensor:
+    """Apply `primitive` to tensors with attributes; the API's one door into the IR."""
+    return Tensor(_bind_node(primitive, [t.node for t in operands], attrs, loc=user_location()))
 
 
 def bind_source(op: str, graph: Graph, attrs: dict, name: str | None = None) -> Tensor:
@@ -215,25 +215,33 @@ def as_tensor(value, graph: Graph | None = None, dtype=None) -> Tensor:
 # -- structures of outputs --------------------------------------------------------------
 
 def flatten_outputs(outputs) -> tuple[list[Tensor], Any]:
-    """(flat list of tensors, a function that rebuilds `outputs`' structure from values)."""
-    if isinstance(outputs, Tensor):
-        return [outputs], lambda vals: vals[0]
-    if isinstance(outputs, dict):
-        keys = list(outputs)
-        _check_tensors(outputs.values())
-        return [outputs[k] for k in keys], lambda vals: dict(zip(keys, vals))
-    if isinstance(outputs, (list, tuple)):
-        _check_tensors(outputs)
-        kind = type(outputs)
-        return list(outputs), lambda vals: kind(vals)
-    raise GraphcError(f"outputs must be a Tensor, a list/tuple or a dict of Tensors, got "
-                      f"{type(outputs).__name__}", user_location())
+    """(flat list of tensors, a function that rebuilds `outputs`' structure from values).
 
+    `outputs` is a Tensor or a (nested) list, tuple or dict of Tensors.
+    """
+    flat: list[Tensor] = []
 
-def _check_tensors(items) -> None:
-    for t in items:
-        if not isinstance(t, Tensor):
-            raise GraphcError(f"expected a Tensor among the outputs, got {t!r}", user_location())
+    def walk(obj):
+        if isinstance(obj, Tensor):
+            flat.append(obj)
+            return len(flat) - 1
+        if isinstance(obj, dict):
+            return ("dict", [(k, walk(v)) for k, v in obj.items()])
+        if isinstance(obj, (list, tuple)):
+            return (type(obj), [walk(v) for v in obj])
+        raise GraphcError(f"outputs must be Tensors in lists, tuples or dicts; got "
+                          f"{type(obj).__name__}", user_location())
+
+    def build(spec, vals):
+        if isinstance(spec, int):
+            return vals[spec]
+        kind, items = spec
+        if kind == "dict":
+            return {k: build(v, vals) for k, v in items}
+        return kind(build(v, vals) for v in items)
+
+    spec = walk(outputs)
+    return flat, lambda vals: build(spec, vals)
 
 
 def _graph_of(tensors: list[Tensor]) -> Graph:

@@ -65,6 +65,7 @@ def getitem(x: Tensor, key) -> Tensor:
     if Ellipsis in [k for k in key if not _is_array_index(k)]:
         i = next(i for i, k in enumerate(key) if k is Ellipsis and not _is_array_index(k))
         key = key[:i] + (slice(None),) * (x.ndim - consumed) + key[i + 1:]
+        consumed = x.ndim
     key = key + (slice(None),) * (x.ndim - consumed)
     advanced = any(_is_array_index(k) for k in key)
     if advanced and any(k is None for k in key):

@@ -100,7 +100,7 @@ def graph_from_dict(data: dict):
 
 
 def dumps(graph: Graph, outputs=None) -> str:
-    return json.dumps(graph_to_dict(graph, outputs), sort_keys=True)
+    return json.dumps(graph_to_dict(graph, outputs))
 
 
 def loads(text: str):

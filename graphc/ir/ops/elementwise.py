@@ -112,7 +112,7 @@ _erf_scalar = np.frompyfunc(math.erf, 1, 1)
 
 
 def _erf(x):
-    return _erf_scalar(x.astype(np.float64)).astype(np.float64).astype(x.dtype)
+    return np.asarray(_erf_scalar(x.astype(np.float64)), dtype=np.float64).astype(x.dtype)
 
 
 def _not(x):
