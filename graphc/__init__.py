@@ -20,3 +20,6 @@ float16, bfloat16, float32, float64 = "float16", "bfloat16", "float32", "float64
 
 from .autodiff import grad, vjp  # noqa: E402
 from . import nn, optim  # noqa: E402
+from .compiler import compile  # noqa: E402,A001
+from .function import function  # noqa: E402
+from .executable import Executable  # noqa: E402

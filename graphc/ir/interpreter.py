@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphc_runtime.errors import FeedError
+from graphc_runtime.feeds import check_array
 
 from . import dtypes
 from .graph import Graph, Node
@@ -16,18 +17,8 @@ from .primitive import lookup
 
 def check_feed(node: Node, value) -> np.ndarray:
     """Return `value` as an array if it matches placeholder `node`, else raise FeedError."""
-    label = node.attrs["name"]
-    if isinstance(value, np.generic):
-        value = np.asarray(value)
-    if not isinstance(value, np.ndarray):
-        raise FeedError(f"input {label!r}: expected a numpy array {node.type_str()}, got "
-                        f"{type(value).__name__}")
-    if value.shape != node.shape:
-        raise FeedError(f"input {label!r}: expected shape {node.shape}, got {value.shape}")
-    expected = dtypes.to_numpy(node.dtype)
-    if value.dtype != expected:
-        raise FeedError(f"input {label!r}: expected dtype {node.dtype}, got {value.dtype}")
-    return value
+    return check_array(node.attrs["name"], value, node.shape, dtypes.to_numpy(node.dtype),
+                       node.dtype, node.type_str())
 
 
 def bind_feeds(graph: Graph, needed: list[Node], feeds: dict) -> dict[int, np.ndarray]:

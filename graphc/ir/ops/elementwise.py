@@ -166,9 +166,10 @@ def _convert_impl(args, attrs, node):
         if x.dtype.kind == "f" and target.kind in "iu":
             # float -> int truncates toward zero; NaN -> 0, out of range saturates
             info = np.iinfo(target)
-            y = np.nan_to_num(np.trunc(x.astype(np.float64)), nan=0.0,
-                              posinf=info.max, neginf=info.min)
-            return np.clip(y, info.min, info.max).astype(target)
+            y = np.trunc(x.astype(np.float64))
+            hi, lo = y >= 2.0 ** (info.bits - 1), y < -2.0 ** (info.bits - 1)
+            safe = np.where(hi | lo | np.isnan(y), 0, y).astype(target)
+            return np.where(hi, info.max, np.where(lo, info.min, safe)).astype(target)
         if x.dtype == dtypes.to_numpy("bfloat16") and target != np.float32:
             return x.astype(np.float32).astype(target)
         return x.astype(target)

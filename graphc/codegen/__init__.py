@@ -1,0 +1,1 @@
+"""Kernel IR and its lowerings."""

@@ -1,0 +1,741 @@
+"""Lowering of kernel IR to LLVM IR for the host CPU (llvmlite).
+
+One module, one entry function `graphc_main(i8** table)`: table[0] is the arena, the
+other slots hold external buffers (inputs, outputs, variables, constants). Each kernel
+is an internal function over typed `noalias` pointers with plain counted loops whose
+innermost dimension is contiguous, so LLVM's loop vectorizer can widen them.
+float16/bfloat16 are storage types (math in float32, rounded after each operation, as the
+reference does); bool is stored as one byte.
+"""
+from __future__ import annotations
+
+import math
+
+import llvmlite.ir as ir
+
+from graphc_runtime.errors import CompileError
+
+from ..ir import dtypes
+from . import index as ix
+from . import kernel as K
+
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+VOID = ir.VoidType()
+
+STORAGE = {"float32": F32, "float64": F64, "float16": F16, "bfloat16": I16,
+           "int32": I32, "int64": I64, "bool": I8}
+COMPUTE = {"float32": F32, "float64": F64, "float16": F32, "bfloat16": F32,
+           "int32": I32, "int64": I64, "bool": I1}
+LIBM = {  # name: (float32 symbol, float64 symbol)
+    "exp": ("expf", "exp"), "log": ("logf", "log"), "log1p": ("log1pf", "log1p"),
+    "expm1": ("expm1f", "expm1"), "tanh": ("tanhf", "tanh"), "sin": ("sinf", "sin"),
+    "cos": ("cosf", "cos"), "erf": ("erff", "erf"), "pow": ("powf", "pow"),
+}
+FCMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def _mangle(t) -> str:
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    return {F16: "f16", F32: "f32", F64: "f64"}[t]
+
+
+def _is_float(dtype):
+    return dtypes.is_float(dtype)
+
+
+class ModuleBuilder:
+    """Builds the LLVM module for one executable."""
+
+    def __init__(self, name: str, triple: str = "", data_layout: str = ""):
+        self.module = ir.Module(name=name)
+        if triple:
+            self.module.triple = triple
+        if data_layout:
+            self.module.data_layout = data_layout
+        self.kernels: list[tuple[ir.Function, list[K.Buffer]]] = []
+
+    # -- helpers --------------------------------------------------------------------------
+    def intrinsic(self, name, types):
+        """Declare an LLVM intrinsic overloaded on `types` (mangled as LLVM expects)."""
+        mangled = name + "".join("." + _mangle(t) for t in types)
+        if mangled in self.module.globals:
+            return self.module.globals[mangled]
+        ty = types[0]
+        if name == "llvm.fptosi.sat":
+            fnty = ir.FunctionType(types[0], [types[1]])
+        elif name in ("llvm.maximum", "llvm.minimum"):
+            fnty = ir.FunctionType(ty, [ty, ty])
+        elif name == "llvm.fmuladd":
+            fnty = ir.FunctionType(ty, [ty, ty, ty])
+        else:
+            fnty = ir.FunctionType(ty, [ty])
+        return ir.Function(self.module, fnty, mangled)
+
+    def libm(self, op: str, ty):
+        sym = LIBM[op][0 if ty == F32 else 1]
+        if sym in self.module.globals:
+            return self.module.globals[sym]
+        nargs = 2 if op == "pow" else 1
+        fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), sym)
+        return fn
+
+    # -- kernels --------------------------------------------------------------------------
+    def add_kernel(self, kernel, aliased: set) -> None:
+        """Emit `kernel` as an internal function; `aliased` holds ids of buffers that may
+        share memory with another buffer of this kernel (no noalias for them)."""
+        buffers = {}
+        for load in K.kernel_loads(kernel):
+            buffers[load.buffer.id] = load.buffer
+        for store in K.kernel_stores(kernel):
+            buffers[store.buffer.id] = store.buffer
+        if isinstance(kernel, K.ScatterKernel):
+            for s in kernel.copy.stores:
+                buffers[s.buffer.id] = s.buffer
+        bufs = sorted(buffers.values(), key=lambda b: b.id)
+        fnty = ir.FunctionType(VOID, [ir.PointerType(STORAGE[b.dtype]) for b in bufs])
+        fn = ir.Function(self.module, fnty, kernel.name)
+        fn.linkage = "internal"
+        for arg, b in zip(fn.args, bufs):
+            if b.id not in aliased:
+                arg.add_attribute("noalias")
+        entry = fn.append_basic_block("entry")
+        builder = ir.IRBuilder(entry)
+        em = Emitter(self, builder, {b.id: (arg, b) for arg, b in zip(fn.args, bufs)}, fn)
+        em.kernel(kernel)
+        builder.ret_void()
+        self.kernels.append((fn, bufs))
+
+    def add_main(self, schedule, slot_of, arena_offset_of) -> None:
+        """graphc_main(i8** table): binds buffer pointers and calls each kernel in order."""
+        i8p = ir.PointerType(I8)
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [ir.PointerType(i8p)]), "graphc_main")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        table = fn.args[0]
+        arena = b.load(b.gep(table, [ir.Constant(I64, 0)]))
+        cache = {}
+
+        def pointer(buf: K.Buffer):
+            if buf.id in cache:
+                return cache[buf.id]
+            if buf.kind == "temp":
+                raw = b.gep(arena, [ir.Constant(I64, arena_offset_of(buf))])
+            else:
+                raw = b.load(b.gep(table, [ir.Constant(I64, slot_of(buf))]))
+            cache[buf.id] = b.bitcast(raw, ir.PointerType(STORAGE[buf.dtype]))
+            return cache[buf.id]
+
+        for fn_k, bufs in schedule:
+            b.call(fn_k, [pointer(x) for x in bufs])
+        b.ret_void()
+
+
+class Emitter:
+    """Emits one kernel's loops and expressions into a function."""
+
+    def __init__(self, mb: ModuleBuilder, builder: ir.IRBuilder, args, fn):
+        self.mb, self.b, self.args, self.fn = mb, builder, args, fn
+        self.env: dict[str, ir.Value] = {}
+        self.accs: dict[int, ir.Value] = {}
+        self.cache: dict = {}
+
+    # -- loops ---------------------------------------------------------------------------
+    def loops(self, vars_, body) -> None:
+        """Nested counted loops over the IVar loop variables in `vars_` (outer first)."""
+        real = [v for v in vars_ if isinstance(v, ix.IVar)]
+        self._nest(real, body)
+
+    def _nest(self, vars_, body):
+        if not vars_:
+            saved = dict(self.cache)
+            body()
+            self.cache = saved
+            return
+        v = vars_[0]
+        b = self.b
+        pre = b.block
+        head = b.append_basic_block(f"{v.name}.head")
+        loop = b.append_basic_block(f"{v.name}.body")
+        done = b.append_basic_block(f"{v.name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, v.name)
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, v.hi + 1)), loop, done)
+        b.position_at_end(loop)
+        self.env[v.name] = i
+        saved_cache = dict(self.cache)
+        self._nest(vars_[1:], body)
+        self.cache = saved_cache
+        nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw", "nuw"])
+        i.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    # -- kernels -------------------------------------------------------------------------
+    def kernel(self, k) -> None:
+        if isinstance(k, K.LoopKernel):
+            self.loops(k.loop_vars, lambda: self.stores(k.stores))
+        elif isinstance(k, K.RowKernel):
+            self.loops(k.kept_vars, lambda: self.row(k))
+        elif isinstance(k, K.DotKernel):
+            self.dot(k)
+        elif isinstance(k, K.ConvKernel):
+            self.conv(k)
+        elif isinstance(k, K.ScatterKernel):
+            self.kernel(k.copy)
+            self.loops(k.upd_vars, lambda: self.scatter(k))
+        else:
+            raise CompileError(f"cannot lower kernel {type(k).__name__}")
+
+    def stores(self, stores) -> None:
+        values = [self.value(s.value) for s in stores]
+        for s, v in zip(stores, values):
+            self.store(s.buffer, s.index, v)
+
+    def row(self, k: K.RowKernel) -> None:
+        b = self.b
+        for stage, red in enumerate(k.reductions):
+            acc_ty = COMPUTE[red.acc_dtype]
+            acc = self._alloca(acc_ty)
+            b.store(self._identity(red.kind, red.acc_dtype), acc)
+            idx = self._alloca(I64) if red.kind in ("argmax", "argmin") else None
+            if idx is not None:
+                b.store(ir.Constant(I64, 0), idx)
+            lin = ix.linearize(k.reduced_vars, k.reduced_shape)
+
+            def body(red=red, acc=acc, idx=idx, lin=lin):
+                v = self.convert_value(self.value(red.value), red.value.dtype, red.acc_dtype)
+                cur = b.load(acc)
+                if idx is None:
+                    b.store(self._combine(red.kind, red.acc_dtype, cur, v), acc)
+                else:
+                    take = self._arg_better(red.kind, red.acc_dtype, v, cur)
+                    b.store(b.select(take, v, cur), acc)
+                    b.store(b.select(take, self.index(lin), b.load(idx)), idx)
+            self.loops(k.reduced_vars, body)
+            if idx is None:
+                result = self.round_to(b.load(acc), red.acc_dtype, red.dtype)
+            else:
+                result = self.cast_int(b.load(idx), red.dtype)
+            self.accs[stage] = result
+        self.cache = {}
+        self.stores(k.row_stores)
+        if k.full_stores:
+            self.loops(k.reduced_vars, lambda: self.stores(k.full_stores))
+
+    def dot(self, k: K.DotKernel) -> None:
+        b = self.b
+        out = k.out
+        direct = out.dtype == k.acc_dtype      # accumulate in the output buffer
+
+        def zero():
+            self.store(out, k.out_index, ir.Constant(COMPUTE[out.dtype], 0))
+
+        def update():
+            a = self.value(k.lhs)
+            cur = self.load(out, k.out_index)
+            self.store(out, k.out_index, self._fma(a, self.value(k.rhs), cur, out.dtype))
+
+        def epilogue():
+            self.accs[0] = self.load(out, k.out_index)
+            self.cache = {}
+            self.stores(k.epilogue)
+
+        if direct:
+            def row():
+                self.loops(k.n_vars, zero)
+                self.loops(k.k_vars, lambda: self.loops(k.n_vars, update))
+                if k.epilogue:
+                    self.loops(k.n_vars, epilogue)
+            self.loops(k.batch_vars + k.m_vars, row)
+        else:
+            def element():
+                acc = self._alloca(COMPUTE[k.acc_dtype])
+                b.store(ir.Constant(COMPUTE[k.acc_dtype], 0), acc)
+
+                def step():
+                    b.store(self._fma(self.value(k.lhs), self.value(k.rhs), b.load(acc),
+                                      k.acc_dtype), acc)
+                self.loops(k.k_vars, step)
+                self.accs[0] = self.round_to(b.load(acc), k.acc_dtype, out.dtype)
+                self.cache = {}
+                self.store(out, k.out_index, self.accs[0])
+                self.stores(k.epilogue)
+            self.loops(k.batch_vars + k.m_vars + k.n_vars, element)
+
+    def conv(self, k: K.ConvKernel) -> None:
+        b = self.b
+
+        def element():
+            acc = self._alloca(COMPUTE[k.acc_dtype])
+            b.store(ir.Constant(COMPUTE[k.acc_dtype], 0), acc)
+
+            def step():
+                v = self.convert_value(self.value(k.term), k.term.dtype, k.acc_dtype)
+                b.store(b.fadd(b.load(acc), v), acc)
+            self.loops(k.red_vars, step)
+            self.accs[0] = self.round_to(b.load(acc), k.acc_dtype, k.out.dtype)
+            self.cache = {}
+            self.store(k.out, k.out_index, self.accs[0])
+            self.stores(k.epilogue)
+        self.loops(k.out_vars, element)
+
+    def scatter(self, k: K.ScatterKernel) -> None:
+        upd = self.value(k.update)
+        cur = self.load(k.out, k.target)
+        self.store(k.out, k.target, self.arith("add", k.out.dtype, [cur, upd]))
+
+    # -- memory --------------------------------------------------------------------------
+    def _alloca(self, ty):
+        with self.b.goto_entry_block():
+            return self.b.alloca(ty)
+
+    def _ptr(self, buf: K.Buffer, index):
+        arg, _ = self.args[buf.id]
+        offset = self.index(ix.linearize(index, buf.shape))
+        return self.b.gep(arg, [offset], inbounds=True)
+
+    def load(self, buf: K.Buffer, index) -> ir.Value:
+        raw = self.b.load(self._ptr(buf, index))
+        return self.from_storage(raw, buf.dtype)
+
+    def store(self, buf: K.Buffer, index, value) -> None:
+        self.b.store(self.to_storage(value, buf.dtype), self._ptr(buf, index))
+
+    def from_storage(self, raw, dtype):
+        b = self.b
+        if dtype == "float16":
+            return b.fpext(raw, F32)
+        if dtype == "bfloat16":
+            return b.bitcast(b.shl(b.zext(raw, I32), ir.Constant(I32, 16)), F32)
+        if dtype == "bool":
+            return b.icmp_unsigned("!=", raw, ir.Constant(I8, 0))
+        return raw
+
+    def to_storage(self, value, dtype):
+        b = self.b
+        if dtype == "float16":
+            return b.fptrunc(value, F16)
+        if dtype == "bfloat16":
+            return self._f32_to_bf16(value)
+        if dtype == "bool":
+            return b.zext(value, I8)
+        return value
+
+    def _f32_to_bf16(self, value):
+        """Round to nearest even; NaN stays a (quiet) NaN."""
+        b = self.b
+        bits = b.bitcast(value, I32)
+        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+        rounded = b.add(bits, b.add(ir.Constant(I32, 0x7FFF), lsb))
+        nan = b.fcmp_unordered("uno", value, value)
+        quiet = b.or_(bits, ir.Constant(I32, 0x00400000))
+        out = b.select(nan, quiet, rounded)
+        return b.trunc(b.lshr(out, ir.Constant(I32, 16)), I16)
+
+    def round_to(self, value, compute_dtype, dtype):
+        """A float32 value rounded to float16/bfloat16 precision (kept in float32)."""
+        if dtype in ("float16", "bfloat16") and compute_dtype == "float32":
+            return self.from_storage(self.to_storage(value, dtype), dtype)
+        if dtype != compute_dtype:
+            return self.convert_value(value, compute_dtype, dtype)
+        return value
+
+    # -- indices -------------------------------------------------------------------------
+    def index(self, e: ix.IExpr) -> ir.Value:
+        key = ("i", id(e))
+        if key in self.cache:
+            return self.cache[key][0]
+        v = self._index(e)
+        self.cache[key] = (v, e)
+        return v
+
+    def _index(self, e):
+        b = self.b
+        if isinstance(e, ix.IConst):
+            return ir.Constant(I64, e.value)
+        if isinstance(e, ix.IVar):
+            return self.env[e.name]
+        if isinstance(e, ix.IAdd):
+            return b.add(self.index(e.a), self.index(e.b))
+        if isinstance(e, ix.IMul):
+            return b.mul(self.index(e.a), ir.Constant(I64, e.c))
+        if isinstance(e, ix.IDiv):
+            a = self.index(e.a)
+            if e.a.lo >= 0:
+                return b.udiv(a, ir.Constant(I64, e.c))
+            q = b.sdiv(a, ir.Constant(I64, e.c))
+            r = b.srem(a, ir.Constant(I64, e.c))
+            fix = b.and_(b.icmp_signed("!=", r, ir.Constant(I64, 0)),
+                         b.icmp_signed("<", a, ir.Constant(I64, 0)))
+            return b.sub(q, b.zext(fix, I64))
+        if isinstance(e, ix.IMod):
+            a = self.index(e.a)
+            if e.a.lo >= 0:
+                return b.urem(a, ir.Constant(I64, e.c))
+            r = b.srem(a, ir.Constant(I64, e.c))
+            neg = b.icmp_signed("<", r, ir.Constant(I64, 0))
+            return b.select(neg, b.add(r, ir.Constant(I64, e.c)), r)
+        if isinstance(e, ix.IClamp):
+            a = self.index(e.a)
+            lo, hi = ir.Constant(I64, e.lo), ir.Constant(I64, e.hi)
+            a = b.select(b.icmp_signed("<", a, lo), lo, a)
+            return b.select(b.icmp_signed(">", a, hi), hi, a)
+        if isinstance(e, ix.IFromValue):
+            v = self.value(e.value)
+            return b.sext(v, I64) if v.type.width < 64 else v
+        raise CompileError(f"unknown index expression {e!r}")
+
+    # -- values --------------------------------------------------------------------------
+    def value(self, e: K.VExpr) -> ir.Value:
+        key = ("v", id(e))
+        if key in self.cache:
+            return self.cache[key][0]
+        v = self._value(e)
+        self.cache[key] = (v, e)
+        return v
+
+    def _value(self, e):
+        b = self.b
+        if isinstance(e, K.Load):
+            return self.load(e.buffer, e.index)
+        if isinstance(e, K.Const):
+            return self.constant(e.value, e.dtype)
+        if isinstance(e, K.Acc):
+            return self.accs[e.stage]
+        if isinstance(e, K.IndexValue):
+            i = self.index(e.index)
+            ty = COMPUTE[e.dtype]
+            if _is_float(e.dtype):
+                return b.sitofp(i, ty)
+            return b.trunc(i, ty) if ty.width < 64 else i
+        if isinstance(e, K.InRange):
+            return self.in_range(e)
+        if isinstance(e, K.RngValue):
+            return self.rng(e)
+        if isinstance(e, K.Prim):
+            args = [self.value(a) for a in e.args]
+            return self.prim(e, args)
+        raise CompileError(f"unknown expression {e!r}")
+
+    def constant(self, value, dtype):
+        ty = COMPUTE[dtype]
+        if dtype == "bool":
+            return ir.Constant(I1, int(bool(value)))
+        if _is_float(dtype):
+            v = float(value)
+            if dtype in ("float16", "bfloat16"):
+                import numpy as np
+                v = float(np.asarray(v, dtypes.to_numpy(dtype)).astype(np.float32))
+            elif dtype == "float32":
+                import numpy as np
+                v = float(np.float32(v))
+            return ir.Constant(ty, v)
+        return ir.Constant(ty, int(value))
+
+    def in_range(self, e: K.InRange):
+        b = self.b
+        i = self.index(e.index)
+        conds = []
+        if e.index.lo < e.lo:
+            conds.append(b.icmp_signed(">=", i, ir.Constant(I64, e.lo)))
+        if e.index.hi >= e.hi:
+            conds.append(b.icmp_signed("<", i, ir.Constant(I64, e.hi)))
+        if e.step > 1:
+            r = b.srem(i, ir.Constant(I64, e.step))
+            conds.append(b.icmp_signed("==", r, ir.Constant(I64, 0)))
+        out = ir.Constant(I1, 1)
+        for c in conds:
+            out = b.and_(out, c)
+        return out
+
+    def cast_int(self, v, dtype):
+        ty = COMPUTE[dtype]
+        return self.b.trunc(v, ty) if ty.width < v.type.width else v
+
+    def convert_value(self, v, src, dst):
+        """Convert a compute-typed value of dtype `src` to dtype `dst` (compute type)."""
+        b = self.b
+        if src == dst:
+            return v
+        st, dt = COMPUTE[src], COMPUTE[dst]
+        if dst == "bool":
+            if _is_float(src):
+                return b.fcmp_unordered("!=", v, ir.Constant(st, 0.0))
+            return b.icmp_unsigned("!=", v, ir.Constant(st, 0))
+        if src == "bool":
+            return b.uitofp(v, dt) if _is_float(dst) else b.zext(v, dt)
+        if _is_float(src) and _is_float(dst):
+            if st != dt:
+                v = b.fpext(v, dt) if dt == F64 else b.fptrunc(v, dt)
+            return self.round_to(v, "float32", dst) if dst in ("float16", "bfloat16") else v
+        if _is_float(src):
+            fn = self.mb.intrinsic("llvm.fptosi.sat", [dt, st])
+            return b.call(fn, [v])
+        if _is_float(dst):
+            out = b.sitofp(v, dt)
+            return self.round_to(out, "float32", dst) if dst in ("float16", "bfloat16") else out
+        if dt.width > st.width:
+            return b.sext(v, dt)
+        return b.trunc(v, dt) if dt.width < st.width else v
+
+    def prim(self, e: K.Prim, args):
+        op, dtype = e.op, e.dtype
+        if op == "convert":
+            return self.convert_value(args[0], e.attr, dtype)
+        if op == "compare":
+            return self.compare(e.attr, e.args[0].dtype, *args)
+        if op == "select":
+            return self.b.select(*args)
+        out = self.arith(op, dtype, args)
+        if dtype in ("float16", "bfloat16"):
+            out = self.round_to(out, "float32", dtype)
+        return out
+
+    def compare(self, direction, dtype, x, y):
+        b = self.b
+        if _is_float(dtype):
+            if direction == "ne":
+                return b.fcmp_unordered("!=", x, y)
+            return b.fcmp_ordered(FCMP[direction], x, y)
+        if dtype == "bool":
+            return b.icmp_unsigned(FCMP[direction], x, y)
+        return b.icmp_signed(FCMP[direction], x, y)
+
+    def arith(self, op, dtype, args):
+        b = self.b
+        ty = COMPUTE[dtype]
+        if dtype == "bool" or op in ("and", "or", "xor", "not"):
+            if op == "and":
+                return b.and_(*args)
+            if op == "or":
+                return b.or_(*args)
+            if op == "xor":
+                return b.xor(*args)
+            if op == "not":
+                return b.not_(args[0])
+        if _is_float(dtype):
+            return self.float_op(op, ty, args)
+        return self.int_op(op, ty, args)
+
+    def float_op(self, op, ty, args):
+        b = self.b
+        x = args[0]
+        y = args[1] if len(args) > 1 else None
+        one = ir.Constant(ty, 1.0)
+        if op == "add":
+            return b.fadd(x, y)
+        if op == "sub":
+            return b.fsub(x, y)
+        if op == "mul":
+            return b.fmul(x, y)
+        if op == "div":
+            return b.fdiv(x, y)
+        if op == "rem":
+            return b.frem(x, y)
+        if op == "max":
+            return b.call(self.mb.intrinsic("llvm.maximum", [ty]), [x, y])
+        if op == "min":
+            return b.call(self.mb.intrinsic("llvm.minimum", [ty]), [x, y])
+        if op == "neg":
+            return b.fneg(x)
+        if op == "abs":
+            return b.call(self.mb.intrinsic("llvm.fabs", [ty]), [x])
+        if op == "sqrt":
+            return b.call(self.mb.intrinsic("llvm.sqrt", [ty]), [x])
+        if op == "rsqrt":
+            return b.fdiv(one, b.call(self.mb.intrinsic("llvm.sqrt", [ty]), [x]))
+        if op in ("floor", "ceil"):
+            return b.call(self.mb.intrinsic(f"llvm.{op}", [ty]), [x])
+        if op == "round":
+            return b.call(self.mb.intrinsic("llvm.roundeven", [ty]), [x])
+        if op == "sign":
+            zero = ir.Constant(ty, 0.0)
+            pos = b.fcmp_ordered(">", x, zero)
+            neg = b.fcmp_ordered("<", x, zero)
+            return b.select(pos, one, b.select(neg, ir.Constant(ty, -1.0), x))
+        if op == "logistic":
+            e = b.call(self.mb.libm("exp", ty), [b.fneg(b.call(
+                self.mb.intrinsic("llvm.fabs", [ty]), [x]))])
+            d = b.fadd(one, e)
+            return b.select(b.fcmp_ordered(">=", x, ir.Constant(ty, 0.0)), b.fdiv(one, d),
+                            b.fdiv(e, d))
+        if op in LIBM:
+            return b.call(self.mb.libm(op, ty), args)
+        raise CompileError(f"no CPU lowering for float {op}")
+
+    def int_op(self, op, ty, args):
+        b = self.b
+        x = args[0]
+        y = args[1] if len(args) > 1 else None
+        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        if op == "add":
+            return b.add(x, y)
+        if op == "sub":
+            return b.sub(x, y)
+        if op == "mul":
+            return b.mul(x, y)
+        if op in ("div", "rem"):
+            is_zero = b.icmp_signed("==", y, zero)
+            is_m1 = b.icmp_signed("==", y, ir.Constant(ty, -1))
+            safe = b.select(b.or_(is_zero, is_m1), one, y)
+            if op == "div":
+                q = b.sdiv(x, safe)
+                q = b.select(is_m1, b.sub(zero, x), q)
+                return b.select(is_zero, zero, q)
+            r = b.srem(x, safe)
+            r = b.select(is_m1, zero, r)
+            return b.select(is_zero, x, r)
+        if op == "max":
+            return b.select(b.icmp_signed(">", x, y), x, y)
+        if op == "min":
+            return b.select(b.icmp_signed("<", x, y), x, y)
+        if op == "neg":
+            return b.sub(zero, x)
+        if op == "abs":
+            return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+        if op == "sign":
+            return b.sub(b.zext(b.icmp_signed(">", x, zero), ty),
+                         b.zext(b.icmp_signed("<", x, zero), ty))
+        if op == "and":
+            return b.and_(x, y)
+        if op == "or":
+            return b.or_(x, y)
+        if op == "xor":
+            return b.xor(x, y)
+        if op == "not":
+            return b.not_(x)
+        raise CompileError(f"no CPU lowering for integer {op}")
+
+    # -- reductions ------------------------------------------------------------------------
+    def _identity(self, kind, dtype):
+        ty = COMPUTE[dtype]
+        if dtype == "bool":
+            return ir.Constant(I1, 1 if kind == "min" else 0)
+        if _is_float(dtype):
+            return ir.Constant(ty, {"sum": 0.0, "prod": 1.0, "max": -math.inf, "min": math.inf,
+                                    "argmax": -math.inf, "argmin": math.inf}[kind])
+        info = (1 << (ty.width - 1))
+        return ir.Constant(ty, {"sum": 0, "prod": 1, "max": -info, "min": info - 1,
+                                "argmax": -info, "argmin": info - 1}[kind])
+
+    def _combine(self, kind, dtype, acc, v):
+        b = self.b
+        if dtype == "bool":
+            return b.or_(acc, v) if kind == "max" else b.and_(acc, v)
+        if _is_float(dtype):
+            if kind == "sum":
+                return b.fadd(acc, v, flags=("reassoc",))
+            if kind == "prod":
+                return b.fmul(acc, v, flags=("reassoc",))
+            return self.float_op(kind, COMPUTE[dtype], [acc, v])
+        return self.int_op({"sum": "add", "prod": "mul"}.get(kind, kind), COMPUTE[dtype], [acc, v])
+
+    def _arg_better(self, kind, dtype, v, best):
+        b = self.b
+        if _is_float(dtype):
+            strict = b.fcmp_ordered(">" if kind == "argmax" else "<", v, best)
+            v_nan = b.fcmp_unordered("uno", v, v)
+            best_num = b.fcmp_ordered("ord", best, best)
+            return b.or_(strict, b.and_(v_nan, best_num))
+        if dtype == "bool":
+            return b.icmp_unsigned(">" if kind == "argmax" else "<", v, best)
+        return b.icmp_signed(">" if kind == "argmax" else "<", v, best)
+
+    def _fma(self, a, c, acc, dtype):
+        b = self.b
+        if _is_float(dtype):
+            ty = COMPUTE[dtype]
+            return b.call(self.mb.intrinsic("llvm.fmuladd", [ty]), [a, c, acc])
+        return b.add(acc, b.mul(a, c))
+
+    # -- rng -------------------------------------------------------------------------------
+    def rng(self, e: K.RngValue):
+        from ..ir.ops.rng import KS_PARITY, ROTATIONS
+        b = self.b
+        k0, k1 = self.value(e.key0), self.value(e.key1)
+        counter = self.index(e.counter)
+        c0 = b.trunc(counter, I32)
+        c1 = b.trunc(b.lshr(counter, ir.Constant(I64, 32)), I32)
+        ks = [k0, k1, b.xor(b.xor(k0, k1), ir.Constant(I32, KS_PARITY))]
+        x0, x1 = b.add(c0, ks[0]), b.add(c1, ks[1])
+        for block in range(5):
+            for r in ROTATIONS[4 * (block % 2): 4 * (block % 2) + 4]:
+                x0 = b.add(x0, x1)
+                x1 = b.or_(b.shl(x1, ir.Constant(I32, r)), b.lshr(x1, ir.Constant(I32, 32 - r)))
+                x1 = b.xor(x1, x0)
+            x0 = b.add(x0, ks[(block + 1) % 3])
+            x1 = b.add(b.add(x1, ks[(block + 2) % 3]), ir.Constant(I32, block + 1))
+        dtype = e.dtype
+        if e.distribution == "bits":
+            return x0
+        from ..ir.ops.rng import MANTISSA_BITS
+        if e.distribution == "uniform":
+            bits = MANTISSA_BITS[dtype]
+            if bits <= 32:
+                m = b.lshr(x0, ir.Constant(I32, 32 - bits))
+                u = b.fmul(b.uitofp(m, F64 if dtype == "float64" else F32),
+                           ir.Constant(F64 if dtype == "float64" else F32, 2.0 ** -bits))
+                return u
+            hi = b.uitofp(b.lshr(x0, ir.Constant(I32, 5)), F64)
+            lo = b.uitofp(b.lshr(x1, ir.Constant(I32, 6)), F64)
+            return b.fmul(b.fadd(b.fmul(hi, ir.Constant(F64, 2.0 ** 26)), lo),
+                          ir.Constant(F64, 2.0 ** -53))
+        # normal: Box-Muller, as the reference computes it
+        if dtype == "float64":
+            ty = F64
+            u1 = b.fmul(b.fadd(b.uitofp(x0, F64), ir.Constant(F64, 1.0)), ir.Constant(F64, 2.0 ** -32))
+            u2 = b.fmul(b.uitofp(x1, F64), ir.Constant(F64, 2.0 ** -32))
+        else:
+            ty = F32
+            u1 = b.fmul(b.fadd(b.uitofp(b.lshr(x0, ir.Constant(I32, 8)), F32), ir.Constant(F32, 1.0)),
+                        ir.Constant(F32, 2.0 ** -24))
+            u2 = b.fmul(b.uitofp(b.lshr(x1, ir.Constant(I32, 8)), F32), ir.Constant(F32, 2.0 ** -24))
+        radius = b.call(self.mb.intrinsic("llvm.sqrt", [ty]),
+                        [b.fmul(ir.Constant(ty, -2.0), b.call(self.mb.libm("log", ty), [u1]))])
+        angle = b.fmul(ir.Constant(ty, float(2 * math.pi) if ty == F64 else
+                                   float(__import__("numpy").float32(2 * math.pi))), u2)
+        out = b.fmul(radius, b.call(self.mb.libm("cos", ty), [angle]))
+        return self.round_to(out, "float32", dtype) if dtype in ("float16", "bfloat16") else out
+
+
+def emit_module(name: str, lowered) -> str:
+    """LLVM IR text of the whole program: its kernels and graphc_main."""
+    from graphc_runtime.cpu import llvm
+    b = llvm()
+    triple = b.get_process_triple()
+    mb = ModuleBuilder(name, triple=triple)
+    offsets = lowered.memory.offsets
+    fns = []
+    for kern in lowered.kernels:
+        aliased = _aliased_buffers(kern, offsets)
+        mb.add_kernel(kern, aliased)
+        fns.append(mb.kernels[-1])
+    mb.add_main(fns, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
+    return str(mb.module)
+
+
+def _aliased_buffers(kern, offsets) -> set:
+    """Temp buffers of this kernel whose arena ranges overlap another one of its buffers."""
+    bufs = {}
+    for ld in K.kernel_loads(kern):
+        bufs[ld.buffer.id] = ld.buffer
+    for st in K.kernel_stores(kern):
+        bufs[st.buffer.id] = st.buffer
+    temps = [b for b in bufs.values() if b.kind == "temp"]
+    out = set()
+    for i, a in enumerate(temps):
+        for c in temps[i + 1:]:
+            a0, c0 = offsets[a.id], offsets[c.id]
+            if a0 < c0 + _size(c) and c0 < a0 + _size(a):
+                out.update((a.id, c.id))
+    return out
+
+
+def _size(buf) -> int:
+    n = dtypes.itemsize(buf.dtype)
+    for d in buf.shape:
+        n *= d
+    return n

@@ -1,0 +1,240 @@
+"""Index expressions of the kernel IR: integer arithmetic over loop variables.
+
+Each expression knows a conservative range [lo, hi] (inclusive) of its values; the
+constructors fold constants and use the ranges to simplify the div/mod that reshapes
+produce, so a reshape that only splits or merges dimensions costs no division.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BIG = 1 << 62
+
+
+@dataclass(frozen=True)
+class IExpr:
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class IVar(IExpr):
+    """Loop variable `name` in [0, extent)."""
+    name: str
+
+
+@dataclass(frozen=True)
+class IConst(IExpr):
+    value: int
+
+
+@dataclass(frozen=True)
+class IAdd(IExpr):
+    a: IExpr
+    b: IExpr
+
+
+@dataclass(frozen=True)
+class IMul(IExpr):
+    a: IExpr
+    c: int
+
+
+@dataclass(frozen=True)
+class IDiv(IExpr):
+    """Floor division by a positive constant."""
+    a: IExpr
+    c: int
+
+
+@dataclass(frozen=True)
+class IMod(IExpr):
+    """Floor modulo by a positive constant (result in [0, c))."""
+    a: IExpr
+    c: int
+
+
+@dataclass(frozen=True)
+class IClamp(IExpr):
+    a: IExpr
+
+
+@dataclass(frozen=True)
+class IFromValue(IExpr):
+    """A data-dependent index: the integer value of a value expression (gather)."""
+    value: object
+
+
+def var(name: str, extent: int) -> IExpr:
+    """Loop variable over [0, extent); extent 1 is the constant 0, extent 0 a loop that
+    runs no iteration."""
+    return IConst(0, 0, 0) if extent == 1 else IVar(0, extent - 1, name)
+
+
+def const(c: int) -> IConst:
+    return IConst(c, c, c)
+
+
+def add(a: IExpr, b: IExpr) -> IExpr:
+    if isinstance(a, IConst) and isinstance(b, IConst):
+        return const(a.value + b.value)
+    if isinstance(a, IConst) and a.value == 0:
+        return b
+    if isinstance(b, IConst) and b.value == 0:
+        return a
+    if isinstance(a, IConst):
+        a, b = b, a
+    return IAdd(a.lo + b.lo, a.hi + b.hi, a, b)
+
+
+def mul(a: IExpr, c: int) -> IExpr:
+    if c == 0:
+        return const(0)
+    if c == 1:
+        return a
+    if isinstance(a, IConst):
+        return const(a.value * c)
+    if isinstance(a, IMul):
+        return mul(a.a, a.c * c)
+    if isinstance(a, IAdd):                       # distribute: keeps terms separable
+        return add(mul(a.a, c), mul(a.b, c))
+    lo, hi = sorted((a.lo * c, a.hi * c))
+    return IMul(lo, hi, a, c)
+
+
+def _terms(e: IExpr) -> list[IExpr]:
+    return _terms(e.a) + _terms(e.b) if isinstance(e, IAdd) else [e]
+
+
+def _coef(t: IExpr) -> int:
+    if isinstance(t, IConst):
+        return t.value
+    return t.c if isinstance(t, IMul) else 1
+
+
+def _sum(terms) -> IExpr:
+    out = const(0)
+    for t in terms:
+        out = add(out, t)
+    return out
+
+
+def floordiv(a: IExpr, c: int) -> IExpr:
+    if c == 1:
+        return a
+    if isinstance(a, IConst):
+        return const(a.value // c)
+    if 0 <= a.lo and a.hi < c:
+        return const(0)
+    # split terms whose coefficient is a multiple of c: (c*q + r) // c = q + r // c
+    terms = _terms(a)
+    whole = [t for t in terms if _coef(t) % c == 0 and not isinstance(t, IConst)]
+    rest = [t for t in terms if t not in whole]
+    consts = sum(t.value for t in rest if isinstance(t, IConst))
+    rest = [t for t in rest if not isinstance(t, IConst)]
+    q_const, r_const = divmod(consts, c)
+    rem = add(_sum(rest), const(r_const))
+    if whole and 0 <= rem.lo and rem.hi < c:
+        return add(_sum(_divide_exact(t, c) for t in whole), const(q_const))
+    if whole and rem.lo >= 0:
+        return add(add(_sum(_divide_exact(t, c) for t in whole), const(q_const)),
+                   floordiv(rem, c))
+    return IDiv(_fdiv(a.lo, c), _fdiv(a.hi, c), a, c)
+
+
+def _fdiv(x, c):
+    return x // c
+
+
+def _divide_exact(t: IExpr, c: int) -> IExpr:
+    return mul(t.a, t.c // c) if isinstance(t, IMul) else const(t.value // c)
+
+
+def mod(a: IExpr, c: int) -> IExpr:
+    if c == 1:
+        return const(0)
+    if isinstance(a, IConst):
+        return const(a.value % c)
+    if 0 <= a.lo and a.hi < c:
+        return a
+    terms = _terms(a)
+    kept = [t for t in terms if not (_coef(t) % c == 0 and not isinstance(t, IConst))]
+    if len(kept) != len(terms):
+        return mod(_sum(kept), c) if kept else const(0)
+    return IMod(0, c - 1, a, c)
+
+
+def clamp(a: IExpr, lo: int, hi: int) -> IExpr:
+    """a clamped into [lo, hi]."""
+    if a.lo >= lo and a.hi <= hi:
+        return a
+    return IClamp(lo, hi, a)
+
+
+def from_value(value) -> IExpr:
+    return IFromValue(-BIG, BIG, value)
+
+
+def linearize(index, shape) -> IExpr:
+    out = const(0)
+    for e, n in zip(index, shape):
+        out = add(mul(out, n), e)
+    return out
+
+
+def delinearize(flat: IExpr, shape) -> list[IExpr]:
+    out = []
+    for k in range(len(shape)):
+        stride = 1
+        for n in shape[k + 1:]:
+            stride *= n
+        e = floordiv(flat, stride)
+        out.append(mod(e, shape[k]) if k > 0 else e)
+    return out
+
+
+def reshape_index(index, old_shape, new_shape) -> list[IExpr]:
+    """Index into `new_shape` (the reshape's input) for an index into `old_shape`
+    (the reshape's output), matching trailing and leading dims directly."""
+    old_shape, new_shape, index = list(old_shape), list(new_shape), list(index)
+    tail = []
+    while old_shape and new_shape and old_shape[-1] == new_shape[-1]:
+        tail.insert(0, index.pop())
+        old_shape.pop()
+        new_shape.pop()
+    head = []
+    while old_shape and new_shape and old_shape[0] == new_shape[0]:
+        head.append(index.pop(0))
+        old_shape.pop(0)
+        new_shape.pop(0)
+    # drop size-1 dims on either side
+    index = [e for e, n in zip(index, old_shape) if n != 1]
+    old_shape = [n for n in old_shape if n != 1]
+    middle_shape = list(new_shape)
+    kept_shape = [n for n in middle_shape if n != 1]
+    if old_shape == kept_shape:
+        it = iter(index)
+        middle = [const(0) if n == 1 else next(it) for n in middle_shape]
+    else:
+        flat = linearize(index, old_shape)
+        parts = iter(delinearize(flat, kept_shape)) if kept_shape else iter(())
+        middle = [const(0) if n == 1 else next(parts) for n in middle_shape]
+    return head + middle + tail
+
+
+def show(e: IExpr) -> str:
+    if isinstance(e, IVar):
+        return e.name
+    if isinstance(e, IConst):
+        return str(e.value)
+    if isinstance(e, IAdd):
+        return f"({show(e.a)} + {show(e.b)})"
+    if isinstance(e, IMul):
+        return f"{show(e.a)}*{e.c}"
+    if isinstance(e, IDiv):
+        return f"({show(e.a)} // {e.c})"
+    if isinstance(e, IMod):
+        return f"({show(e.a)} % {e.c})"
+    if isinstance(e, IClamp):
+        return f"clamp({show(e.a)}, {e.lo}, {e.hi})"
+    return "idx(...)"

@@ -1,0 +1,532 @@
+"""Kernel IR: one loop nest per fusion group, an expression tree per element.
+
+Backend-neutral: views (broadcast, reshape, transpose, slice, pad, reverse, concatenate)
+and gathers become index arithmetic (graphc.codegen.index); elementwise primitives
+become `Prim` nodes; reductions, dots and convolutions become explicit kernels with
+accumulators. The CPU (LLVM) and CUDA (NVVM) lowerings consume these dataclasses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphc_runtime.errors import CompileError
+
+from ..ir import dtypes
+from ..ir.graph import Node
+from . import index as ix
+
+
+class Illegal(Exception):
+    """The requested fusion cannot be expressed as one kernel."""
+
+
+# -- buffers and value expressions ------------------------------------------------------
+
+@dataclass(frozen=True)
+class Buffer:
+    """A contiguous row-major array the program reads or writes."""
+    id: int
+    shape: tuple
+    dtype: str
+    kind: str            # 'input', 'output', 'variable', 'constant', 'temp'
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class VExpr:
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Load(VExpr):
+    buffer: Buffer
+    index: tuple
+
+
+@dataclass(frozen=True)
+class Const(VExpr):
+    value: object
+
+
+@dataclass(frozen=True)
+class Prim(VExpr):
+    op: str
+    args: tuple
+    attr: object = None       # compare direction / convert source dtype
+
+
+@dataclass(frozen=True)
+class IndexValue(VExpr):
+    """The integer value of an index expression (iota)."""
+    index: ix.IExpr
+
+
+@dataclass(frozen=True)
+class InRange(VExpr):
+    """bool: lo <= index < hi and index % step == 0 (pad/concatenate guards)."""
+    index: ix.IExpr
+    lo: int
+    hi: int
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class RngValue(VExpr):
+    key0: VExpr
+    key1: VExpr
+    counter: ix.IExpr
+    distribution: str
+
+
+@dataclass(frozen=True)
+class Acc(VExpr):
+    """The finished accumulator of stage `stage` of a row/dot/conv kernel."""
+    stage: int
+
+
+# -- kernels -------------------------------------------------------------------------
+
+@dataclass
+class Store:
+    buffer: Buffer
+    value: VExpr
+    index: tuple
+
+
+@dataclass
+class LoopKernel:
+    """for index in shape: every store (at that index)."""
+    name: str
+    shape: tuple
+    loop_vars: tuple
+    stores: list
+
+
+@dataclass
+class Reduction:
+    kind: str            # 'sum', 'max', 'min', 'prod', 'argmax', 'argmin'
+    value: VExpr         # evaluated at the full index
+    dtype: str           # result dtype (index dtype for arg reductions)
+    acc_dtype: str       # accumulation dtype
+
+
+@dataclass
+class RowKernel:
+    """for row in kept: reductions over the reduced dims (in order), then stores.
+
+    full_index maps the loop variables to an index into the reduced operand's shape.
+    """
+    name: str
+    kept_shape: tuple
+    kept_vars: tuple
+    reduced_shape: tuple
+    reduced_vars: tuple
+    full_index: tuple
+    reductions: list
+    row_stores: list          # stores at the row index (after all reductions)
+    full_stores: list         # stores over the reduced dims (after all reductions)
+
+
+@dataclass
+class DotKernel:
+    """out[b, m, n] = sum_k lhs(b, m, k) * rhs(b, k, n); then the epilogue stores."""
+    name: str
+    out: Buffer
+    batch_vars: tuple
+    m_vars: tuple
+    n_vars: tuple
+    k_vars: tuple
+    out_index: tuple
+    lhs: VExpr
+    rhs: VExpr
+    acc_dtype: str
+    epilogue: list            # stores at out_index; Acc(0) is the dot's value
+
+
+@dataclass
+class ConvKernel:
+    """out[n, o, *sp] = sum over (c, *window) of guarded input * kernel; then epilogue."""
+    name: str
+    out: Buffer
+    out_vars: tuple
+    red_vars: tuple
+    out_index: tuple
+    term: VExpr               # guarded product at (out_vars, red_vars)
+    acc_dtype: str
+    epilogue: list
+
+
+@dataclass
+class ScatterKernel:
+    """out = operand; then for u in updates' shape: out[target(u)] += update(u)."""
+    name: str
+    out: Buffer
+    copy: LoopKernel
+    upd_shape: tuple
+    upd_vars: tuple
+    target: tuple
+    update: VExpr
+
+
+# -- building expressions for a group ------------------------------------------------------
+
+class ExprBuilder:
+    """Turns nodes of one fusion group into value expressions at an index.
+
+    `buffer_of(node)` gives the buffer of a node computed outside the group (or None if
+    the node is inside); `accs` maps reduction node ids of this kernel to (stage, row
+    index) so that a read at the row index becomes an accumulator.
+    """
+
+    def __init__(self, members: set, buffer_of, accs=None):
+        self.members = members
+        self.buffer_of = buffer_of
+        self.accs = accs or {}
+        self.memo: dict = {}
+
+    def value(self, node: Node, index) -> VExpr:
+        index = tuple(index)
+        key = (node.id, index)
+        if key not in self.memo:
+            self.memo[key] = self._value(node, index)
+        return self.memo[key]
+
+    def _value(self, node: Node, index) -> VExpr:
+        if node.id in self.accs:
+            stage, row_index = self.accs[node.id]
+            if tuple(index) != tuple(row_index):
+                raise Illegal(f"reduction %{node.id} read at another row")
+            return Acc(node.dtype, stage)
+        if node.id not in self.members:
+            buf = self.buffer_of(node)
+            if buf is None:
+                if node.op == "constant" and node.attrs["value"].size == 1:
+                    return Const(node.dtype, node.attrs["value"].reshape(()).item())
+                raise Illegal(f"%{node.id} ({node.op}) has no buffer")
+            return Load(node.dtype, buf, index)
+        op, a = node.op, node.attrs
+        ins = node.inputs
+        if op == "constant":
+            if a["value"].size != 1:
+                raise Illegal("large constant inside a group")
+            return Const(node.dtype, a["value"].reshape(()).item())
+        if op == "iota":
+            return IndexValue(node.dtype, index[a["dimension"]])
+        if op == "compare":
+            return Prim("bool", "compare", (self.value(ins[0], index), self.value(ins[1], index)),
+                        a["direction"])
+        if op == "convert":
+            return Prim(node.dtype, "convert", (self.value(ins[0], index),), ins[0].dtype)
+        if op == "broadcast_in_dim":
+            x = ins[0]
+            j = [ix.const(0) if x.shape[i] == 1 else index[d]
+                 for i, d in enumerate(a["broadcast_dimensions"])]
+            return self.value(x, j)
+        if op == "reshape":
+            return self.value(ins[0], ix.reshape_index(index, node.shape, ins[0].shape))
+        if op == "transpose":
+            j = [None] * node.ndim
+            for k, p in enumerate(a["permutation"]):
+                j[p] = index[k]
+            return self.value(ins[0], j)
+        if op == "slice":
+            j = [ix.add(ix.const(s), ix.mul(e, st)) for e, s, st in
+                 zip(index, a["start_indices"], a["strides"])]
+            return self.value(ins[0], j)
+        if op == "reverse":
+            j = list(index)
+            for d in a["dimensions"]:
+                j[d] = ix.add(ix.const(node.shape[d] - 1), ix.mul(index[d], -1))
+            return self.value(ins[0], j)
+        if op == "pad":
+            return self._pad(node, index)
+        if op == "concatenate":
+            return self._concatenate(node, index)
+        if op == "gather":
+            return self._gather(node, index)
+        if op == "rng":
+            key = ins[0]
+            return RngValue(node.dtype, self.value(key, (ix.const(0),)),
+                            self.value(key, (ix.const(1),)),
+                            ix.linearize(index, node.shape), a["distribution"])
+        if op == "select":
+            return Prim(node.dtype, "select", tuple(self.value(i, index) for i in ins))
+        from ..ir.primitive import lookup
+        if lookup(op).kind == "elementwise":
+            return Prim(node.dtype, op, tuple(self.value(i, index) for i in ins))
+        raise Illegal(f"{op} cannot be fused as an element expression")
+
+    def _pad(self, node, index):
+        x = node.inputs[0]
+        a = node.attrs
+        conds, j = [], []
+        for d, (e, lo, it, n) in enumerate(zip(index, a["low"], a["interior"], x.shape)):
+            t = ix.add(e, ix.const(-lo))
+            step = it + 1
+            hi = (n - 1) * step + 1 if n else 0
+            if not (t.lo >= 0 and t.hi < hi and step == 1):
+                conds.append(InRange("bool", t, 0, hi, step))
+            j.append(ix.clamp(ix.floordiv(t, step), 0, max(n - 1, 0)))
+        inner = self.value(x, j) if x.size else Const(node.dtype, a["value"])
+        if not conds:
+            return inner
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = Prim("bool", "and", (cond, c))
+        return Prim(node.dtype, "select", (cond, inner, Const(node.dtype, a["value"])))
+
+    def _concatenate(self, node, index):
+        dim = node.attrs["dimension"]
+        parts, offset = [], 0
+        for x in node.inputs:
+            n = x.shape[dim]
+            if n:
+                j = list(index)
+                j[dim] = ix.clamp(ix.add(index[dim], ix.const(-offset)), 0, n - 1)
+                parts.append((offset, offset + n, self.value(x, j)))
+            offset += n
+        out = parts[-1][2]
+        for lo, hi, val in reversed(parts[:-1]):
+            out = Prim(node.dtype, "select", (InRange("bool", index[dim], lo, hi), val, out))
+        return out
+
+    def _gather(self, node, index):
+        operand, indices = node.inputs
+        axis = node.attrs["axis"]
+        r = indices.ndim
+        idx = self.value(indices, index[axis:axis + r])
+        n = operand.shape[axis]
+        j = list(index[:axis]) + [ix.clamp(ix.from_value(idx), 0, max(n - 1, 0))] + \
+            list(index[axis + r:])
+        return self.value(operand, j)
+
+
+# -- kernel construction ------------------------------------------------------------------
+
+def loop_vars(shape, prefix="i"):
+    return tuple(ix.var(f"{prefix}{d}", n) for d, n in enumerate(shape))
+
+
+def _acc_dtype(dtype: str) -> str:
+    return dtypes.compute_dtype(dtype)
+
+
+def build_loop(name, roots, members, buffer_of, dests) -> LoopKernel:
+    shape = roots[0].shape
+    if any(r.shape != shape for r in roots):
+        raise Illegal("loop roots of different shapes")
+    vars_ = loop_vars(shape)
+    eb = ExprBuilder(members, buffer_of)
+    stores = [Store(buf, eb.value(r, vars_), vars_) for r in roots for buf in dests(r)]
+    return LoopKernel(name, shape, vars_, stores)
+
+
+REDUCE_KIND = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
+               "reduce_prod": "prod", "argmax": "argmax", "argmin": "argmin"}
+
+
+def reduction_signature(node: Node):
+    """(operand shape, reduced axes) of a reduction node."""
+    axes = node.attrs["axes"] if "axes" in node.attrs else (node.attrs["axis"],)
+    return node.inputs[0].shape, tuple(axes)
+
+
+def build_row(name, roots, members, buffer_of, dests) -> RowKernel:
+    reductions = sorted((m for m in members.values() if m.op in REDUCE_KIND), key=lambda n: n.id)
+    shape, axes = reduction_signature(reductions[0])
+    if any(reduction_signature(r) != (shape, axes) for r in reductions):
+        raise Illegal("reductions over different domains")
+    kept = tuple(d for d in range(len(shape)) if d not in axes)
+    kept_shape = tuple(shape[d] for d in kept)
+    red_shape = tuple(shape[d] for d in axes)
+    kvars = tuple(ix.var(f"r{k}", n) for k, n in enumerate(kept_shape))
+    rvars = tuple(ix.var(f"j{k}", n) for k, n in enumerate(red_shape))
+    full = [None] * len(shape)
+    for k, d in enumerate(kept):
+        full[d] = kvars[k]
+    for k, d in enumerate(axes):
+        full[d] = rvars[k]
+    full = tuple(full)
+    accs = {r.id: (k, kvars) for k, r in enumerate(reductions)}
+    eb = ExprBuilder(members, buffer_of)
+    stages = []
+    for k, r in enumerate(reductions):
+        eb.accs = {rid: v for rid, v in accs.items() if v[0] < k}
+        value = eb.value(r.inputs[0], full)
+        kind = REDUCE_KIND[r.op]
+        stages.append(Reduction(kind, value, r.dtype, _acc_dtype(r.inputs[0].dtype)))
+    eb.accs = accs
+    row_stores, full_stores = [], []
+    for r in roots:
+        if r.shape == kept_shape and (r.op in REDUCE_KIND or r.shape != shape):
+            value = eb.value(r, kvars)
+            row_stores += [Store(b, value, kvars) for b in dests(r)]
+        elif r.shape == shape:
+            value = eb.value(r, full)
+            full_stores += [Store(b, value, full) for b in dests(r)]
+        else:
+            raise Illegal(f"root %{r.id} {r.type_str()} does not fit the row domain")
+    return RowKernel(name, kept_shape, kvars, red_shape, rvars, full, stages, row_stores,
+                     full_stores)
+
+
+def build_dot(name, dot: Node, roots, members, buffer_of, dests) -> DotKernel:
+    lhs, rhs = dot.inputs
+    a = dot.attrs
+    lc, rc, lb, rb = a["lhs_contracting"], a["rhs_contracting"], a["lhs_batch"], a["rhs_batch"]
+    lfree = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
+    rfree = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
+    bvars = tuple(ix.var(f"b{k}", lhs.shape[d]) for k, d in enumerate(lb))
+    mvars = tuple(ix.var(f"m{k}", lhs.shape[d]) for k, d in enumerate(lfree))
+    nvars = tuple(ix.var(f"n{k}", rhs.shape[d]) for k, d in enumerate(rfree))
+    kvars = tuple(ix.var(f"k{k}", lhs.shape[d]) for k, d in enumerate(lc))
+    li = [None] * lhs.ndim
+    ri = [None] * rhs.ndim
+    for k, (dl, dr) in enumerate(zip(lb, rb)):
+        li[dl], ri[dr] = bvars[k], bvars[k]
+    for k, (dl, dr) in enumerate(zip(lc, rc)):
+        li[dl], ri[dr] = kvars[k], kvars[k]
+    for k, d in enumerate(lfree):
+        li[d] = mvars[k]
+    for k, d in enumerate(rfree):
+        ri[d] = nvars[k]
+    view_members = {m for m in members if m != dot.id}
+    eb = ExprBuilder(view_members, buffer_of)
+    lhs_e, rhs_e = eb.value(lhs, li), eb.value(rhs, ri)
+    out_index = bvars + mvars + nvars
+    eb.accs = {dot.id: (0, out_index)}
+    eb.memo = {}
+    out_buf = dests(dot)[0] if dests(dot) else None
+    if out_buf is None:
+        raise Illegal("dot needs an output buffer")
+    epilogue = []
+    for r in roots:
+        if r is dot:
+            epilogue += [Store(b, Acc(dot.dtype, 0), out_index) for b in dests(dot)[1:]]
+        else:
+            if r.shape != dot.shape:
+                raise Illegal("epilogue of another shape")
+            epilogue += [Store(b, eb.value(r, out_index), out_index) for b in dests(r)]
+    return DotKernel(name, out_buf, bvars, mvars, nvars, kvars, out_index, lhs_e, rhs_e,
+                     _acc_dtype(dot.dtype), epilogue)
+
+
+def build_conv(name, conv: Node, roots, members, buffer_of, dests) -> ConvKernel:
+    x, w = conv.inputs
+    a = conv.attrs
+    nsp = x.ndim - 2
+    groups = a["feature_group_count"]
+    cg, og = w.shape[1], conv.shape[1] // groups
+    ovars = loop_vars(conv.shape, "o")
+    rvars = tuple(ix.var(f"c{k}", n) for k, n in enumerate((cg,) + w.shape[2:]))
+    n_v, o_v, sp_v = ovars[0], ovars[1], ovars[2:]
+    c_v, k_v = rvars[0], rvars[1:]
+    group = ix.floordiv(o_v, og)
+    xi = [n_v, ix.add(ix.mul(group, cg), c_v)]
+    conds = []
+    for d in range(nsp):
+        pos = ix.add(ix.add(ix.mul(sp_v[d], a["window_strides"][d]),
+                            ix.mul(k_v[d], a["rhs_dilation"][d])), ix.const(-a["padding"][d][0]))
+        ld, size = a["lhs_dilation"][d], x.shape[2 + d]
+        hi = (size - 1) * ld + 1
+        if not (pos.lo >= 0 and pos.hi < hi and ld == 1):
+            conds.append(InRange("bool", pos, 0, hi, ld))
+        xi.append(ix.clamp(ix.floordiv(pos, ld), 0, size - 1))
+    view_members = {m for m in members if m != conv.id}
+    eb = ExprBuilder(view_members, buffer_of)
+    prod = Prim(conv.dtype, "mul", (eb.value(x, xi), eb.value(w, (o_v,) + rvars)))
+    if conds:
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = Prim("bool", "and", (cond, c))
+        prod = Prim(conv.dtype, "select", (cond, prod, Const(conv.dtype, 0.0)))
+    eb.accs = {conv.id: (0, ovars)}
+    eb.memo = {}
+    out_buf = dests(conv)[0]
+    epilogue = []
+    for r in roots:
+        if r is conv:
+            epilogue += [Store(b, Acc(conv.dtype, 0), ovars) for b in dests(conv)[1:]]
+        else:
+            epilogue += [Store(b, eb.value(r, ovars), ovars) for b in dests(r)]
+    return ConvKernel(name, out_buf, ovars, rvars, ovars, prod, _acc_dtype(conv.dtype), epilogue)
+
+
+def build_scatter(name, node: Node, members, buffer_of, dests) -> ScatterKernel:
+    operand, indices, updates = node.inputs
+    axis = node.attrs["axis"]
+    out = dests(node)[0]
+    view_members = {m for m in members if m != node.id}
+    eb = ExprBuilder(view_members, buffer_of)
+    vars_ = loop_vars(node.shape)
+    copy = LoopKernel(name + "_init", node.shape, vars_,
+                      [Store(out, eb.value(operand, vars_), vars_)])
+    uvars = loop_vars(updates.shape, "u")
+    r = indices.ndim
+    idx = eb.value(indices, uvars[axis:axis + r])
+    n = operand.shape[axis]
+    target = tuple(uvars[:axis]) + (ix.clamp(ix.from_value(idx), 0, max(n - 1, 0)),) + \
+        tuple(uvars[axis + r:])
+    if len(dests(node)) > 1:
+        raise Illegal("scatter with several destinations")
+    return ScatterKernel(name, out, copy, updates.shape, uvars, target,
+                         eb.value(updates, uvars))
+
+
+def kernel_loads(kernel) -> list[Load]:
+    """Every Load in a kernel (for alias and in-place checks)."""
+    found, seen = [], set()
+
+    def walk(e):
+        if id(e) in seen:
+            return
+        seen.add(id(e))
+        if isinstance(e, Load):
+            found.append(e)
+            for i in e.index:
+                walk_index(i)
+        elif isinstance(e, Prim):
+            for x in e.args:
+                walk(x)
+        elif isinstance(e, RngValue):
+            walk(e.key0), walk(e.key1)
+
+    def walk_index(i):
+        if isinstance(i, ix.IFromValue):
+            walk(i.value)
+        for f in ("a", "b"):
+            if hasattr(i, f):
+                walk_index(getattr(i, f))
+
+    exprs = []
+    if isinstance(kernel, LoopKernel):
+        exprs = [s.value for s in kernel.stores]
+    elif isinstance(kernel, RowKernel):
+        exprs = [r.value for r in kernel.reductions] + [s.value for s in
+                                                        kernel.row_stores + kernel.full_stores]
+    elif isinstance(kernel, DotKernel):
+        exprs = [kernel.lhs, kernel.rhs] + [s.value for s in kernel.epilogue]
+    elif isinstance(kernel, ConvKernel):
+        exprs = [kernel.term] + [s.value for s in kernel.epilogue]
+    elif isinstance(kernel, ScatterKernel):
+        exprs = [s.value for s in kernel.copy.stores] + [kernel.update] + \
+            [t.value for t in kernel.target if isinstance(t, ix.IFromValue)]
+        for t in kernel.target:
+            walk_index(t)
+    for e in exprs:
+        walk(e)
+    return found
+
+
+def kernel_stores(kernel) -> list[Store]:
+    if isinstance(kernel, LoopKernel):
+        return kernel.stores
+    if isinstance(kernel, RowKernel):
+        return kernel.row_stores + kernel.full_stores
+    if isinstance(kernel, (DotKernel, ConvKernel)):
+        return [Store(kernel.out, Acc(kernel.out.dtype, 0), kernel.out_index)] + kernel.epilogue
+    if isinstance(kernel, ScatterKernel):
+        return [Store(kernel.out, kernel.update, kernel.target)]
+    raise CompileError(f"unknown kernel {kernel!r}")

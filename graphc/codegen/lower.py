@@ -1,0 +1,294 @@
+"""From a fusion plan to a scheduled list of kernels over named buffers (backend-neutral).
+
+Decides each value's destination buffers (results go straight into the returned arrays;
+a variable's new value is written into the variable in place when that is safe), orders
+the kernels (dependencies, and every reader of a variable before its in-place writer),
+and plans the arena for the temporaries.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from graphc_runtime.errors import CompileError
+
+from ..ir import dtypes
+from ..ir.graph import Node
+from ..passes import memory
+from ..passes.fusion import FusionPlan, Group
+from ..passes.program import Program
+from . import kernel as K
+
+
+@dataclass
+class Lowered:
+    kernels: list                     # in execution order
+    buffers: dict                     # id -> Buffer
+    inputs: list                      # parameter nodes, positional order
+    outputs: list                     # output Buffers in the user's flattened order
+    variables: list                   # variable names owned by the executable
+    constants: list                   # (Buffer, np.ndarray)
+    memory: memory.MemoryPlan
+    slots: dict                       # external buffer id -> table slot
+    kernel_groups: list = field(default_factory=list)
+    in_place_updates: list = field(default_factory=list)
+    copied_updates: list = field(default_factory=list)
+    naive_bytes: int = 0
+    traffic: list = field(default_factory=list)     # per kernel (name, bytes read, bytes written)
+
+
+def _reads(group: Group, node: Node) -> bool:
+    return any(i.id == node.id for m in group.members.values() for i in m.inputs
+               if i.id not in group.members)
+
+
+def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowered:
+    graph = program.graph
+    nodes = program.live_nodes()
+    ids = iter(range(1, 1 << 30))
+    buffers: dict[int, K.Buffer] = {}
+
+    def new_buffer(shape, dtype, kind, name):
+        b = K.Buffer(next(ids), tuple(shape), dtype, kind, name)
+        buffers[b.id] = b
+        return b
+
+    # external buffers
+    inputs = list(input_order)
+    in_buf = {n.id: new_buffer(n.shape, n.dtype, "input", n.attrs["name"]) for n in inputs}
+    var_nodes = {}
+    for n in nodes:
+        if n.op == "variable":
+            var_nodes.setdefault(n.attrs["name"], n)
+    var_names = list(dict.fromkeys(list(var_nodes) + [name for name, _ in program.updates]))
+    var_buf = {}
+    for name in var_names:
+        value = graph.variables[name]
+        var_buf[name] = new_buffer(value.shape, dtypes.canonical(value.dtype), "variable", name)
+    const_buf, constants = {}, []
+    for n in nodes:
+        if n.op == "constant" and n.attrs["value"].size > 1:
+            b = new_buffer(n.shape, n.dtype, "constant", f"const%{n.id}")
+            const_buf[n.id] = b
+            constants.append((b, n.attrs["value"]))
+    out_bufs = [new_buffer(o.shape, o.dtype, "output", f"out{k}") for k, o in
+                enumerate(program.outputs)]
+
+    def source_buffer(n: Node):
+        if n.op == "parameter":
+            if n.id not in in_buf:
+                raise CompileError(f"placeholder {n.attrs['name']!r} is needed but not among "
+                                   f"the executable's inputs")
+            return in_buf[n.id]
+        if n.op == "variable":
+            return var_buf[n.attrs["name"]]
+        return const_buf.get(n.id)
+
+    groups = list(plan.groups)
+    group_of = dict(plan.node_group)
+    dests: dict[int, list] = {}
+    for k, o in enumerate(program.outputs):
+        dests.setdefault(o.id, []).append(out_bufs[k])
+    copies = []          # (name, src node, dst buffer)
+
+    # a result that is a source (or computed nowhere) is copied by a copy kernel
+    for k, o in enumerate(program.outputs):
+        if o.id not in group_of:
+            copies.append((f"copy_out{k}", o, out_bufs[k]))
+    dests = {nid: d for nid, d in dests.items() if nid in group_of}
+
+    graph_edges = _group_edges(groups, group_of)
+    in_place, copied = [], []
+    for name, n in program.updates:
+        target = var_buf[name]
+        if n.op == "variable" and n.attrs["name"] == name:
+            continue                                   # w <- w: nothing to do
+        g = group_of.get(n.id)
+        ok = g is not None and all(target is not d for ds in dests.values() for d in ds) \
+            and not any(d.kind == "variable" for d in dests.get(n.id, []))
+        if ok:
+            grp = next(x for x in groups if x.id == g)
+            readers = [x.id for x in groups if x.id != g and _reads(x, var_nodes.get(name))] \
+                if name in var_nodes else []
+            trial = graph_edges.copy()
+            trial.add_edges_from((r, g) for r in readers)
+            ok = nx.is_directed_acyclic_graph(trial) and _identity_access(
+                grp, n, var_nodes.get(name), target, source_buffer, dests)
+            if ok:
+                graph_edges = trial
+        if ok:
+            dests.setdefault(n.id, []).append(target)
+            in_place.append(name)
+        else:
+            copies.append((f"update_{name}", n, target))
+            copied.append(name)
+
+    # temporaries for everything else that is materialized
+    names = {}
+    for g in groups:
+        for r in g.roots:
+            if not dests.get(r.id):
+                dests[r.id] = [new_buffer(r.shape, r.dtype, "temp", f"%{r.id}")]
+            names[dests[r.id][0].id] = f"%{r.id} {r.op}"
+
+    def buffer_of(n: Node):
+        if n.id in dests:
+            return dests[n.id][0]
+        return source_buffer(n)
+
+    # kernels, and the order they must run in
+    deps = nx.DiGraph()
+    kernel_of = {}
+    for g in groups:
+        kern = _build(g, f"k{g.id}_{g.kind}", buffer_of, lambda n: dests[n.id])
+        kernel_of[("g", g.id)] = kern
+        deps.add_node(("g", g.id))
+    for src, dst in graph_edges.edges():
+        deps.add_edge(("g", src), ("g", dst))
+    old_readers = {}       # variable name -> schedule keys that read its old value
+    for name, vnode in var_nodes.items():
+        old_readers[name] = [("g", g.id) for g in groups if _reads(g, vnode)]
+    for k, (name, src, dst) in enumerate(copies):
+        key = ("c", k)
+        vars_ = K.loop_vars(src.shape)
+        value = K.ExprBuilder({}, buffer_of).value(src, vars_)
+        kernel_of[key] = K.LoopKernel(name.replace("/", "_"), src.shape, vars_,
+                                      [K.Store(dst, value, vars_)])
+        deps.add_node(key)
+        if src.id in group_of:
+            deps.add_edge(("g", group_of[src.id]), key)
+        if src.op == "variable":
+            old_readers.setdefault(src.attrs["name"], []).append(key)
+    for name in in_place:
+        writer = ("g", group_of[dict(program.updates)[name].id])
+        deps.add_edges_from((r, writer) for r in old_readers.get(name, []) if r != writer)
+    for k, (name, src, dst) in enumerate(copies):
+        if dst.kind == "variable":
+            deps.add_edges_from((r, ("c", k)) for r in old_readers.get(dst.name, [])
+                                if r != ("c", k))
+    if not nx.is_directed_acyclic_graph(deps):
+        raise CompileError("internal: the kernel schedule has a cycle")
+    position = {key: n for n, key in enumerate(kernel_of)}
+    order = list(nx.lexicographical_topological_sort(deps, key=lambda key: position[key]))
+    kernels = [kernel_of[key] for key in order]
+    kgroups = [key for key in order]
+    step = {id(k): t for t, k in enumerate(kernels)}
+    first, last, sizes = {}, {}, {}
+    for t, k in enumerate(kernels):
+        for s in K.kernel_stores(k):
+            if s.buffer.kind == "temp":
+                first.setdefault(s.buffer.id, t)
+                last.setdefault(s.buffer.id, t)
+        for ld in K.kernel_loads(k):
+            if ld.buffer.kind == "temp":
+                last[ld.buffer.id] = max(last.get(ld.buffer.id, t), t)
+    for b in first:
+        sizes[b] = _nbytes(buffers[b])
+    pairs = _in_place_pairs(kernels, last)
+    mem = memory.plan_memory(sizes, first, last, pairs)
+    slots = {}
+    slot = 1
+    for b in [in_buf[n.id] for n in inputs] + out_bufs + [var_buf[v] for v in var_names] + \
+            [b for b, _ in constants]:
+        slots[b.id] = slot
+        slot += 1
+    naive = sum(n.nbytes for n in nodes if n.op not in ("parameter", "variable", "constant"))
+    traffic = [(k.name, sum(_nbytes(l.buffer) for l in _unique_loads(k)),
+                sum(_nbytes(s.buffer) for s in K.kernel_stores(k))) for k in kernels]
+    return Lowered(kernels, buffers, inputs, out_bufs, var_names, constants, mem, slots,
+                   kgroups, in_place, copied, naive, traffic)
+
+
+def _nbytes(b: K.Buffer) -> int:
+    n = 1
+    for d in b.shape:
+        n *= d
+    return n * dtypes.itemsize(b.dtype)
+
+
+def _unique_loads(k):
+    seen = {}
+    for ld in K.kernel_loads(k):
+        seen[ld.buffer.id] = ld
+    return list(seen.values())
+
+
+def _build(g: Group, name, buffer_of, dests):
+    if g.kind == "loop":
+        return K.build_loop(name, g.roots, g.members, buffer_of, dests)
+    if g.kind == "row":
+        return K.build_row(name, g.roots, g.members, buffer_of, dests)
+    if g.kind == "dot":
+        return K.build_dot(name, g.anchor, g.roots, g.members, buffer_of, dests)
+    if g.kind == "conv":
+        return K.build_conv(name, g.anchor, g.roots, g.members, buffer_of, dests)
+    if g.kind == "scatter":
+        return K.build_scatter(name, g.anchor, g.members, buffer_of, dests)
+    if g.kind == "collective":
+        node = g.anchor
+        if node.attrs["axis_size"] != 1:
+            raise CompileError(f"{node.op} over {node.attrs['axis_size']} processes needs the "
+                               f"distributed runtime, which this build does not provide")
+        vars_ = K.loop_vars(node.shape)
+        value = K.ExprBuilder({}, buffer_of).value(node.inputs[0], vars_)
+        return K.LoopKernel(name, node.shape, vars_,
+                            [K.Store(b, value, vars_) for b in dests(node)])
+    raise CompileError(f"unknown group kind {g.kind}")
+
+
+def _group_edges(groups, group_of) -> nx.DiGraph:
+    graph = nx.DiGraph()
+    for g in groups:
+        graph.add_node(g.id)
+        for m in g.members.values():
+            for i in m.inputs:
+                src = group_of.get(i.id)
+                if i.id not in g.members and src is not None and src != g.id:
+                    graph.add_edge(src, g.id)
+    return graph
+
+
+def _identity_access(group, value_node, var_node, target, source_buffer, dests) -> bool:
+    """Does the kernel read the variable only at the index where it writes the new value?"""
+    if var_node is None:
+        return True
+    trial = dict(dests)
+    trial[value_node.id] = list(dests.get(value_node.id, [])) + [target]
+
+    def buffer_of(n):
+        if n.id in trial:
+            return trial[n.id][0]
+        return source_buffer(n) or K.Buffer(-1, n.shape, n.dtype, "temp")
+    try:
+        kern = _build(group, "probe", buffer_of, lambda n: trial.get(n.id) or
+                      [K.Buffer(-1, n.shape, n.dtype, "temp")])
+    except K.Illegal:
+        return False
+    store_index = [s.index for s in K.kernel_stores(kern) if s.buffer is target]
+    if len(store_index) != 1:
+        return False
+    if not isinstance(kern, (K.LoopKernel, K.RowKernel)):
+        return all(ld.buffer is not target for ld in K.kernel_loads(kern))
+    return all(tuple(ld.index) == tuple(store_index[0])
+               for ld in K.kernel_loads(kern) if ld.buffer is target)
+
+
+def _in_place_pairs(kernels, last) -> list:
+    """(input, output) temp pairs where a loop kernel reads the input only at the index it
+    writes the output and the input dies there."""
+    pairs = []
+    for t, k in enumerate(kernels):
+        if not isinstance(k, K.LoopKernel):
+            continue
+        outs = [s for s in k.stores if s.buffer.kind == "temp"]
+        loads = K.kernel_loads(k)
+        for s in outs:
+            for ld in loads:
+                b = ld.buffer
+                if b.kind != "temp" or last.get(b.id) != t or b.id == s.buffer.id:
+                    continue
+                if all(tuple(x.index) == tuple(s.index) for x in loads if x.buffer.id == b.id) \
+                        and _nbytes(b) == _nbytes(s.buffer):
+                    pairs.append((b.id, s.buffer.id))
+    return pairs

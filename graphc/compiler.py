@@ -1,0 +1,131 @@
+"""gc.compile: graph -> optimized program -> fused kernels -> one native module."""
+from __future__ import annotations
+
+import os
+import time
+
+from graphc_runtime.cpu import CpuProgram, Signature
+from graphc_runtime.errors import CompileError, DeviceError, GraphcError, ShapeError
+
+from . import passes
+from .api import Tensor, as_tensor, flatten_outputs, _graph_of
+from .codegen import cpu as cpu_codegen
+from .codegen.lower import lower
+from .executable import Executable
+from .ir import dtypes
+from .ir.source import user_location
+from .passes import fusion, memory
+from .passes.manager import PassManager
+from .passes.program import Program
+
+KNOWN_OPTIONS = {"dump_dir", "fuse", "opt_level", "num_threads"}
+
+
+def default_pipeline():
+    """The graph passes, in order: name and function."""
+    return [("simplify", passes.simplify), ("constant_fold", passes.constant_fold),
+            ("cse", passes.cse), ("simplify_again", passes.simplify), ("dce", passes.dce)]
+
+
+def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) -> Executable:  # noqa: A001
+    """Compile `outputs` (a Tensor, list or dict) and `updates` ({variable: new value})."""
+    start = time.perf_counter()
+    loc = user_location()
+    unknown = set(options) - KNOWN_OPTIONS
+    if unknown:
+        raise CompileError(f"unknown compile option(s): {', '.join(sorted(unknown))}; known: "
+                           f"{', '.join(sorted(KNOWN_OPTIONS))}", loc)
+    device = str(device)
+    if device.split(":")[0] == "cuda":
+        raise DeviceError("device 'cuda': the CUDA backend is not part of this build yet",
+                          loc)
+    if device not in ("cpu", "cpu:0"):
+        raise DeviceError(f"unknown device {device!r}; available: cpu", loc)
+    num_threads = options.get("num_threads") or int(os.environ.get("GRAPHC_NUM_THREADS", 0) or
+                                                    (os.cpu_count() or 1))
+    if not isinstance(num_threads, int) or num_threads < 1:
+        raise CompileError(f"num_threads must be a positive int, got {num_threads!r}", loc)
+
+    flat, rebuild = flatten_outputs(outputs)
+    updates = updates or {}
+    upd_vars, upd_vals = [], []
+    for v, value in updates.items():
+        if not isinstance(v, Tensor) or v.node.op != "variable":
+            raise GraphcError(f"updates keys must be variables, got {v!r}", loc)
+        nv = as_tensor(value, graph=v.graph)
+        if nv.shape != v.shape or nv.dtype != v.dtype:
+            raise ShapeError(f"update of variable {v.name!r}: new value is "
+                             f"{nv.node.type_str()}, the variable is {v.node.type_str()}", loc)
+        upd_vars.append(v)
+        upd_vals.append(nv)
+    everything = flat + upd_vals
+    if not everything:
+        raise CompileError("nothing to compile: no outputs and no updates", loc)
+    graph = _graph_of(everything + upd_vars)
+    program = Program(graph, [t.node for t in flat],
+                      [(v.name, nv.node) for v, nv in zip(upd_vars, upd_vals)])
+
+    pm = PassManager(default_pipeline(), options.get("dump_dir"))
+    optimized = pm.run(program)
+    seconds = dict(pm.seconds)
+
+    t0 = time.perf_counter()
+    plan = fusion.plan(optimized, fuse=options.get("fuse", True))
+    seconds["fusion"] = time.perf_counter() - t0
+
+    needed = {n.id for n in optimized.live_nodes() if n.op == "parameter"}
+    if inputs is None:
+        input_nodes = [n for n in optimized.graph.placeholders() if n.id in needed]
+    else:
+        by_name = {n.attrs["name"]: n for n in optimized.graph.placeholders()}
+        input_nodes = []
+        for t in inputs:
+            if not isinstance(t, Tensor) or t.node.op != "parameter":
+                raise GraphcError(f"inputs must be placeholders, got {t!r}", loc)
+            name = t.node.attrs["name"]
+            input_nodes.append(by_name.get(name) or t.node)   # unused inputs are accepted
+        missing = needed - {n.id for n in input_nodes}
+        if missing:
+            names = [n.attrs["name"] for n in optimized.graph.nodes if n.id in missing]
+            raise GraphcError(f"the outputs need placeholder(s) {', '.join(names)} that are "
+                              f"not in `inputs`", loc)
+
+    t0 = time.perf_counter()
+    lowered = lower(optimized, plan, input_nodes)
+    seconds["schedule_and_memory"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    llvm_ir = cpu_codegen.emit_module(graph.name, lowered)
+    seconds["codegen"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    sig = Signature(
+        inputs=[(n.attrs["name"], n.shape, dtypes.to_numpy(n.dtype), n.dtype, n.type_str())
+                for n in input_nodes],
+        outputs=[(b.name, b.shape, dtypes.to_numpy(b.dtype), b.dtype, "") for b in lowered.outputs],
+        variables=[(name, graph.variables[name].shape, graph.variables[name].dtype,
+                    dtypes.canonical(graph.variables[name].dtype), "")
+                   for name in lowered.variables])
+    native = CpuProgram(llvm_ir, sig, lowered.memory.arena_bytes,
+                        {name: graph.variables[name] for name in lowered.variables},
+                        [c for _, c in lowered.constants], options.get("opt_level", 3))
+    seconds["llvm"] = time.perf_counter() - t0
+
+    stats = {
+        "kernels": len(lowered.kernels),
+        "fusion_groups": len(plan.groups),
+        "arena_bytes": lowered.memory.arena_bytes,
+        "live_bytes_lower_bound": lowered.memory.live_bytes_lower_bound,
+        "naive_bytes": lowered.naive_bytes,
+        "compile_seconds": time.perf_counter() - start,
+        "pass_seconds": seconds,
+        "kernel_bytes": [{"kernel": n, "read": r, "written": w} for n, r, w in lowered.traffic],
+        "in_place_updates": list(lowered.in_place_updates),
+        "copied_updates": list(lowered.copied_updates),
+        "num_threads": num_threads,
+    }
+    dumps = {"graph": pm.dumps["input"], "optimized": pm.dumps["dce"],
+             "fused": fusion.describe(plan), "llvm": llvm_ir,
+             "memory": memory.describe(lowered.memory, {b.id: b.name for b in
+                                                        lowered.buffers.values()})}
+    return Executable(native, rebuild, stats, dumps, device="cpu")

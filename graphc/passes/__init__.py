@@ -1,0 +1,7 @@
+"""Graph passes, one a file: each takes a Program and returns a new one."""
+from .constant_fold import constant_fold
+from .cse import cse
+from .dce import dce
+from .simplify import simplify
+
+__all__ = ["constant_fold", "cse", "dce", "simplify"]

@@ -1,0 +1,30 @@
+"""Constant folding through the reference interpreter, for small results only.
+
+A node whose operands are all constants (or iota) is evaluated with its numpy reference
+and replaced by a constant, unless its result has more than MAX_ELEMENTS elements
+(large constants cost memory and bandwidth; broadcasts of scalars stay views).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.primitive import lookup
+from .program import Program, rebuild
+
+MAX_ELEMENTS = 1024
+_NEVER = {"parameter", "variable", "constant", "rng", "all_reduce", "all_gather",
+          "reduce_scatter", "broadcast_in_dim"}
+
+
+def constant_fold(program: Program, max_elements: int = MAX_ELEMENTS) -> Program:
+    def rewrite(builder, node, inputs):
+        if node.op in _NEVER or not inputs or node.size > max_elements:
+            return None
+        if not all(i.op == "constant" for i in inputs):
+            return None
+        value = lookup(node.op).impl([i.attrs["value"] for i in inputs], node.attrs, node)
+        value = np.array(value, copy=True)
+        value.setflags(write=False)
+        return builder.add("constant", (), {"value": value}, like=node)
+
+    return rebuild(program, rewrite)

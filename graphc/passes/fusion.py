@@ -1,0 +1,327 @@
+"""XLA-style fusion: decide which values get a buffer and group the rest into kernels.
+
+1. Materialize: reductions, dots, convs, scatters, collectives, program results, and any
+   elementwise/view value whose recomputation in each consumer would cost more than a
+   round trip through memory (cost model below). Operands of dot/conv/scatter may be
+   pure views of a buffer (folded into their index arithmetic), nothing else.
+2. Group: each materialized value with the unmaterialized values it depends on
+   (loop fusion; producers with several consumers are duplicated into each).
+3. Merge groups, checked on the contracted group graph (networkx) so that no cycle
+   appears, and by building the merged kernel (a merge the kernel IR cannot express is
+   skipped): row fusion of reductions over one domain with their elementwise consumers
+   (softmax and layer norm become one kernel), multi-output fusion of producer/consumer
+   and sibling loop kernels of one shape, and output fusion of elementwise epilogues into
+   dot and conv. Collectives are never merged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ..codegen import kernel as K
+from ..ir.graph import Node
+from ..ir.primitive import lookup
+from .program import Program
+
+VIEW_OPS = {"broadcast_in_dim", "reshape", "transpose", "slice", "reverse"}
+TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "erf",
+                  "pow", "sqrt", "rsqrt"}
+DUPLICATION_LIMIT = 24        # recompute budget, in cheap-op units per output element
+MAX_GROUP_NODES = 400         # size limit of one kernel
+
+
+@dataclass
+class Group:
+    id: int
+    kind: str                        # loop, row, dot, conv, scatter, collective, copy
+    roots: list                      # nodes whose values this kernel stores
+    members: dict                    # node id -> Node computed inside (roots included)
+    anchor: Node | None = None       # the dot/conv/scatter/collective node, if any
+
+    def shape(self):
+        return self.roots[0].shape if self.roots else None
+
+
+@dataclass
+class FusionPlan:
+    groups: list
+    materialized: set = field(default_factory=set)
+    node_group: dict = field(default_factory=dict)     # materialized node id -> group id
+    decisions: list = field(default_factory=list)      # human-readable log
+
+
+def node_class(node: Node) -> str:
+    if node.op in ("parameter", "variable"):
+        return "buffer"
+    if node.op == "constant":
+        return "buffer" if node.attrs["value"].size > 1 else "inline"
+    if node.op in K.REDUCE_KIND:
+        return "reduce"
+    if node.op in ("dot_general", "conv", "scatter_add"):
+        return {"dot_general": "dot", "conv": "conv", "scatter_add": "scatter"}[node.op]
+    if lookup(node.op).kind == "collective":
+        return "collective"
+    return "fusible"
+
+
+def _op_cost(node: Node) -> int:
+    if node.op in VIEW_OPS or node.op in ("constant", "iota", "parameter", "variable"):
+        return 0
+    if node.op == "rng":
+        return 40
+    if node.op in TRANSCENDENTAL:
+        return 6
+    return 1
+
+
+def plan(program: Program, fuse: bool = True) -> FusionPlan:
+    nodes = program.live_nodes()
+    live = {n.id for n in nodes}
+    users: dict[int, list[Node]] = {n.id: [] for n in nodes}
+    for n in nodes:
+        for i in n.inputs:
+            users[i.id].append(n)
+    roots = {n.id for n in program.roots()}
+    cls = {n.id: node_class(n) for n in nodes}
+    decisions = []
+
+    materialized: set[int] = set()
+    cost: dict[int, int] = {}
+    pure_view: dict[int, bool] = {}
+    for n in nodes:
+        c = cls[n.id]
+        if c in ("buffer", "inline"):
+            pure_view[n.id] = c == "buffer"
+            cost[n.id] = 0
+            continue
+        if c != "fusible":
+            materialized.add(n.id)
+            pure_view[n.id] = True
+            cost[n.id] = 0
+            continue
+        pure_view[n.id] = n.op in VIEW_OPS and all(pure_view[i.id] for i in n.inputs)
+        cost[n.id] = _op_cost(n) + sum(cost[i.id] for i in n.inputs if i.id not in materialized)
+        if not fuse or n.id in roots:
+            materialized.add(n.id)
+            continue
+    # decide, consumers known: walk backwards so operand rules see final choices
+    for n in reversed(nodes):
+        if cls[n.id] != "fusible" or n.id in materialized:
+            continue
+        us = users[n.id]
+        if any(cls[u.id] in ("dot", "conv", "scatter", "collective") for u in us) and \
+                not pure_view[n.id]:
+            materialized.add(n.id)
+            decisions.append(f"materialize %{n.id} ({n.op}): operand of a dot/conv/scatter")
+            continue
+        if len(us) > 1 or any(u.size > n.size for u in us):
+            amplification = sum(max(u.size, 1) for u in us) / max(n.size, 1)
+            if cost[n.id] * amplification > DUPLICATION_LIMIT * max(1, len(us) // 2 + 1) \
+                    and cost[n.id] > 0:
+                materialized.add(n.id)
+                decisions.append(f"materialize %{n.id} ({n.op}): recomputing it in "
+                                 f"{len(us)} consumer(s) costs {cost[n.id]} ops x "
+                                 f"{amplification:.1f}")
+            elif len(us) > 1 and cost[n.id] > 0:
+                decisions.append(f"duplicate %{n.id} ({n.op}) into {len(us)} consumers "
+                                 f"(cost {cost[n.id]})")
+
+    groups = []
+    node_group = {}
+    for n in nodes:
+        if n.id not in materialized:
+            continue
+        members = {}
+        stack = [n]
+        while stack:
+            m = stack.pop()
+            if m.id in members:
+                continue
+            members[m.id] = m
+            for i in m.inputs:
+                if i.id not in materialized and cls[i.id] in ("fusible", "inline"):
+                    stack.append(i)
+        c = cls[n.id]
+        kind = {"fusible": "loop", "reduce": "row"}.get(c, c)
+        g = Group(len(groups), kind, [n], members, n if c in ("dot", "conv", "scatter",
+                                                              "collective") else None)
+        groups.append(g)
+        node_group[n.id] = g.id
+    plan_ = FusionPlan(groups, materialized, node_group, decisions)
+    if fuse:
+        _merge(plan_, program, users, roots)
+    return plan_
+
+
+# -- merging -------------------------------------------------------------------------------
+
+def group_graph(plan_: FusionPlan) -> nx.DiGraph:
+    g = nx.DiGraph()
+    for grp in plan_.groups:
+        g.add_node(grp.id)
+    for grp in plan_.groups:
+        for m in grp.members.values():
+            for i in m.inputs:
+                if i.id in grp.members:
+                    continue
+                src = plan_.node_group.get(i.id)
+                if src is not None and src != grp.id:
+                    g.add_edge(src, grp.id)
+    return g
+
+
+def _creates_cycle(graph: nx.DiGraph, a: int, b: int) -> bool:
+    for x, y in ((a, b), (b, a)):
+        for s in graph.successors(x):
+            if s != y and nx.has_path(graph, s, y):
+                return True
+    return False
+
+
+def _dummy_buffer(node: Node):
+    return K.Buffer(-1, node.shape, node.dtype, "temp")
+
+
+def try_kernel(kind: str, roots, members, anchor) -> bool:
+    """Can these roots and members be one kernel of `kind`?"""
+    dests = lambda n: [_dummy_buffer(n)]
+    try:
+        if kind == "loop":
+            K.build_loop("probe", roots, members, _dummy_buffer, dests)
+        elif kind == "row":
+            K.build_row("probe", roots, members, _dummy_buffer, dests)
+        elif kind == "dot":
+            K.build_dot("probe", anchor, roots, members, _dummy_buffer, dests)
+        elif kind == "conv":
+            K.build_conv("probe", anchor, roots, members, _dummy_buffer, dests)
+        else:
+            return False
+    except K.Illegal:
+        return False
+    return True
+
+
+def _merged_kind(a: Group, b: Group):
+    kinds = {a.kind, b.kind}
+    if kinds <= {"loop"}:
+        return "loop"
+    if kinds <= {"loop", "row"}:
+        return "row"
+    if kinds in ({"dot", "loop"}, {"conv", "loop"}):
+        return (kinds - {"loop"}).pop()
+    return None
+
+
+def _compatible(a: Group, b: Group, producer_consumer: bool) -> bool:
+    kind = _merged_kind(a, b)
+    if kind is None:
+        return False
+    if len(a.members) + len(b.members) > MAX_GROUP_NODES:
+        return False
+    if kind == "loop":
+        return a.shape() == b.shape()
+    if kind in ("dot", "conv"):
+        if not producer_consumer:
+            return False
+        anchor = a.anchor or b.anchor
+        other = b if a.anchor is not None else a
+        # the epilogue runs over the anchor's output: only elementwise, same shape
+        return all(r.shape == anchor.shape for r in other.roots) and \
+            (a.anchor is not None and a.kind in ("dot", "conv"))
+    # row: every reduction over one domain; loop parts over that domain or its rows
+    sigs = {K.reduction_signature(m) for g in (a, b) for m in g.members.values()
+            if m.op in K.REDUCE_KIND}
+    if len(sigs) != 1:
+        return False
+    shape, axes = sigs.pop()
+    kept = tuple(n for d, n in enumerate(shape) if d not in axes)
+    return all(r.shape in (shape, kept) for g in (a, b) for r in g.roots)
+
+
+def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
+    changed = True
+    while changed:
+        changed = False
+        graph = group_graph(plan_)
+        alive = {g.id: g for g in plan_.groups}
+        pairs = list(graph.edges()) + _sibling_pairs(plan_, alive)
+        for a_id, b_id in pairs:
+            if a_id not in alive or b_id not in alive or a_id == b_id:
+                continue
+            a, b = alive[a_id], alive[b_id]
+            if a.kind == "collective" or b.kind == "collective":
+                continue
+            pc = graph.has_edge(a_id, b_id)
+            if not _compatible(a, b, pc):
+                continue
+            if _creates_cycle(graph, a_id, b_id):
+                continue
+            kind = _merged_kind(a, b)
+            anchor = a.anchor or b.anchor
+            roots = a.roots + [r for r in b.roots if r.id not in {x.id for x in a.roots}]
+            members = dict(a.members)
+            members.update(b.members)
+            roots = _needed_roots(roots, members, plan_, alive, a_id, b_id, program_roots,
+                                  users, anchor)
+            if not try_kernel(kind, roots, members, anchor):
+                continue
+            merged = Group(a.id, kind, roots, members, anchor)
+            plan_.groups = [merged if g.id == a.id else g for g in plan_.groups
+                            if g.id != b.id]
+            for r in a.roots + b.roots:
+                plan_.node_group.pop(r.id, None)
+                plan_.materialized.discard(r.id)
+            for r in roots:
+                plan_.node_group[r.id] = merged.id
+                plan_.materialized.add(r.id)
+            plan_.decisions.append(f"merge group {b.id} into {a.id} ({kind}): roots "
+                                   + ", ".join(f"%{r.id}" for r in roots))
+            changed = True
+            break
+
+
+def _needed_roots(roots, members, plan_, alive, a_id, b_id, program_roots, users, anchor):
+    """Roots still read outside the merged group (or results, or the dot/conv itself)."""
+    keep = []
+    for r in roots:
+        if r.id in program_roots or (anchor is not None and r is anchor):
+            keep.append(r)
+            continue
+        outside = any(u.id in g.members for u in users[r.id]
+                      for gid, g in alive.items() if gid not in (a_id, b_id))
+        if outside:
+            keep.append(r)
+    return keep
+
+
+def _sibling_pairs(plan_: FusionPlan, alive) -> list:
+    """Loop groups of one shape that read a common buffer."""
+    readers: dict = {}
+    for g in plan_.groups:
+        if g.kind != "loop":
+            continue
+        for m in g.members.values():
+            for i in m.inputs:
+                if i.id not in g.members and i.size > 1:
+                    readers.setdefault(i.id, set()).add(g.id)
+    pairs = []
+    for ids in readers.values():
+        ids = sorted(ids)
+        for x in ids[1:]:
+            if alive[ids[0]].shape() == alive[x].shape():
+                pairs.append((ids[0], x))
+    return pairs
+
+
+def describe(plan_: FusionPlan) -> str:
+    """The `fused` dump: one block per group with its roots and members."""
+    lines = []
+    for g in plan_.groups:
+        roots = ", ".join(f"%{r.id}" for r in g.roots)
+        lines.append(f"group {g.id} [{g.kind}] roots {roots}: "
+                     + " ".join(f"%{i}:{m.op}" for i, m in sorted(g.members.items())))
+    if plan_.decisions:
+        lines.append("decisions:")
+        lines += ["  " + d for d in plan_.decisions]
+    return "\n".join(lines)

@@ -1,0 +1,82 @@
+"""Memory planning: live ranges of temporary buffers and their offsets in one arena.
+
+Offsets are assigned best-fit in decreasing size (as XLA's heap simulator does), 64-byte
+aligned. A kernel may write an elementwise output into an input buffer that dies in that
+kernel (in place): such pairs share one slot. Reports the arena size, the live-bytes lower
+bound (the most bytes live at any step) and the naive one-buffer-per-value total.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+ALIGN = 64
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass
+class MemoryPlan:
+    offsets: dict                    # buffer id -> arena offset
+    arena_bytes: int
+    live_bytes_lower_bound: int
+    intervals: dict = field(default_factory=dict)   # buffer id -> (first step, last step, bytes)
+    in_place: list = field(default_factory=list)     # (input buffer id, output buffer id)
+
+
+def plan_memory(sizes: dict, first: dict, last: dict, in_place_pairs=()) -> MemoryPlan:
+    """sizes/first/last: per temp buffer id, its bytes and the steps that write it first
+    and read it last; in_place_pairs: (dying input, output) pairs allowed to share."""
+    parent = {b: b for b in sizes}
+
+    def find(b):
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        return b
+
+    used_pairs = []
+    for a, o in in_place_pairs:
+        ra, ro = find(a), find(o)
+        if ra != ro and sizes[a] == sizes[o] and last[a] == first[o]:
+            parent[ro] = ra
+            used_pairs.append((a, o))
+    slots: dict = {}
+    for b in sizes:
+        r = find(b)
+        lo, hi, size = slots.get(r, (first[b], last[b], sizes[b]))
+        slots[r] = (min(lo, first[b]), max(hi, last[b]), max(size, sizes[b]))
+
+    placed: list = []            # (offset, size, lo, hi)
+    slot_offset = {}
+    for r, (lo, hi, size) in sorted(slots.items(), key=lambda kv: (-kv[1][2], kv[1][0], kv[0])):
+        size_a = _align(max(size, 1))
+        busy = sorted((o, s) for o, s, l2, h2 in placed if not (h2 < lo or hi < l2))
+        best, best_gap, cursor = None, None, 0
+        for o, s in busy:
+            gap = o - cursor
+            if gap >= size_a and (best_gap is None or gap < best_gap):
+                best, best_gap = cursor, gap
+            cursor = max(cursor, o + s)
+        offset = best if best is not None else cursor
+        placed.append((offset, size_a, lo, hi))
+        slot_offset[r] = offset
+    offsets = {b: slot_offset[find(b)] for b in sizes}
+    arena = max((o + s for o, s, _, _ in placed), default=0)
+    steps = set(first.values()) | set(last.values())
+    lower = max((sum(sizes[b] for b in sizes if first[b] <= t <= last[b]) for t in steps),
+                default=0)
+    return MemoryPlan(offsets, arena, lower,
+                      {b: (first[b], last[b], sizes[b]) for b in sizes}, used_pairs)
+
+
+def describe(plan: MemoryPlan, names: dict) -> str:
+    """The `memory` dump: one line per temporary buffer."""
+    lines = [f"arena {plan.arena_bytes} bytes, live lower bound {plan.live_bytes_lower_bound} bytes"]
+    for b, (lo, hi, size) in sorted(plan.intervals.items(), key=lambda kv: plan.offsets[kv[0]]):
+        lines.append(f"  [{plan.offsets[b]:>10}, {plan.offsets[b] + size:>10})  steps {lo}..{hi}  "
+                     f"{size} bytes  {names.get(b, '')}")
+    for a, o in plan.in_place:
+        lines.append(f"  in place: {names.get(o, o)} reuses {names.get(a, a)}")
+    return "\n".join(lines)

@@ -1,0 +1,42 @@
+"""Checking user-supplied arrays against a signature (shared by runtime and interpreter)."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import FeedError
+
+
+def check_array(label: str, value, shape: tuple, np_dtype: np.dtype, dtype_name: str,
+                type_str: str) -> np.ndarray:
+    """`value` as an ndarray if it has exactly `shape` and `np_dtype`, else FeedError."""
+    if isinstance(value, np.generic):
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray):
+        raise FeedError(f"input {label!r}: expected a numpy array {type_str}, got "
+                        f"{type(value).__name__}")
+    if value.shape != tuple(shape):
+        raise FeedError(f"input {label!r}: expected shape {tuple(shape)}, got {value.shape}")
+    if value.dtype != np_dtype:
+        raise FeedError(f"input {label!r}: expected dtype {dtype_name}, got {value.dtype}")
+    return value
+
+
+def bind_inputs(names: list, args: tuple, kwargs: dict) -> list:
+    """Positional and keyword arguments -> values in signature order (FeedError on
+    missing, unknown or doubly given inputs)."""
+    if len(args) > len(names):
+        raise FeedError(f"expected at most {len(names)} positional inputs "
+                        f"({', '.join(names)}), got {len(args)}")
+    values = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            known = ", ".join(names) or "none"
+            raise FeedError(f"unknown input {k!r}; the inputs are: {known}")
+        if k in values:
+            raise FeedError(f"input {k!r} given both by position and by name")
+        values[k] = v
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise FeedError(f"missing input {missing[0]!r}" +
+                        (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    return [values[n] for n in names]
