@@ -197,6 +197,8 @@ class Emitter:
     def row(self, k: K.RowKernel) -> None:
         b = self.b
         for stage, red in enumerate(k.reductions):
+            for e in k.row_values[stage]:      # once per row, before the stage's loop
+                self.value(e)
             acc_ty = COMPUTE[red.acc_dtype]
             acc = self._alloca(acc_ty)
             b.store(self._identity(red.kind, red.acc_dtype), acc)
@@ -220,7 +222,8 @@ class Emitter:
             else:
                 result = self.cast_int(b.load(idx), red.dtype)
             self.accs[stage] = result
-        self.cache = {}
+        for e in k.row_values[-1]:
+            self.value(e)
         self.stores(k.row_stores)
         if k.full_stores:
             self.loops(k.reduced_vars, lambda: self.stores(k.full_stores))

@@ -127,6 +127,8 @@ class RowKernel:
     reductions: list
     row_stores: list          # stores at the row index (after all reductions)
     full_stores: list         # stores over the reduced dims (after all reductions)
+    row_values: list = field(default_factory=list)   # per stage (+1 for the stores):
+    # expressions that depend on the row only, evaluated once per row before that stage
 
 
 @dataclass
@@ -351,12 +353,19 @@ def build_row(name, roots, members, buffer_of, dests) -> RowKernel:
     full = tuple(full)
     accs = {r.id: (k, kvars) for k, r in enumerate(reductions)}
     eb = ExprBuilder(members, buffer_of)
-    stages = []
+    stages, row_values = [], []
+
+    def new_row_values(seen):
+        out = [e for (nid, index), e in eb.memo.items() if index == kvars and id(e) not in seen]
+        seen.update(id(e) for e in out)
+        return out
+    seen: set = set()
     for k, r in enumerate(reductions):
         eb.accs = {rid: v for rid, v in accs.items() if v[0] < k}
         value = eb.value(r.inputs[0], full)
         kind = REDUCE_KIND[r.op]
         stages.append(Reduction(kind, value, r.dtype, _acc_dtype(r.inputs[0].dtype)))
+        row_values.append(new_row_values(seen))
     eb.accs = accs
     row_stores, full_stores = [], []
     for r in roots:
@@ -368,8 +377,9 @@ def build_row(name, roots, members, buffer_of, dests) -> RowKernel:
             full_stores += [Store(b, value, full) for b in dests(r)]
         else:
             raise Illegal(f"root %{r.id} {r.type_str()} does not fit the row domain")
+    row_values.append(new_row_values(seen))
     return RowKernel(name, kept_shape, kvars, red_shape, rvars, full, stages, row_stores,
-                     full_stores)
+                     full_stores, row_values)
 
 
 def build_dot(name, dot: Node, roots, members, buffer_of, dests) -> DotKernel:

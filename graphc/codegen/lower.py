@@ -120,6 +120,13 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
         if ok:
             dests.setdefault(n.id, []).append(target)
             in_place.append(name)
+        elif n.id not in group_of:
+            # the new value is another variable (or an input or constant): stage it in a
+            # temporary, so that updates like a <- b, b <- a read the old values
+            staged = new_buffer(n.shape, n.dtype, "temp", f"staged_{name}")
+            copies.append((f"stage_{name}", n, staged))
+            copies.append((f"update_{name}", staged, target))
+            copied.append(name)
         else:
             copies.append((f"update_{name}", n, target))
             copied.append(name)
@@ -149,17 +156,25 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
     old_readers = {}       # variable name -> schedule keys that read its old value
     for name, vnode in var_nodes.items():
         old_readers[name] = [("g", g.id) for g in groups if _reads(g, vnode)]
+    staged_by = {}
     for k, (name, src, dst) in enumerate(copies):
         key = ("c", k)
-        vars_ = K.loop_vars(src.shape)
-        value = K.ExprBuilder({}, buffer_of).value(src, vars_)
-        kernel_of[key] = K.LoopKernel(name.replace("/", "_"), src.shape, vars_,
+        vars_ = K.loop_vars(dst.shape)
+        if isinstance(src, K.Buffer):
+            value = K.Load(src.dtype, src, vars_)
+            deps.add_node(key)
+            deps.add_edge(staged_by[src.id], key)
+        else:
+            value = K.ExprBuilder({}, buffer_of).value(src, vars_)
+            deps.add_node(key)
+            if src.id in group_of:
+                deps.add_edge(("g", group_of[src.id]), key)
+            if src.op == "variable":
+                old_readers.setdefault(src.attrs["name"], []).append(key)
+        if dst.kind == "temp":
+            staged_by[dst.id] = key
+        kernel_of[key] = K.LoopKernel(name.replace("/", "_"), dst.shape, vars_,
                                       [K.Store(dst, value, vars_)])
-        deps.add_node(key)
-        if src.id in group_of:
-            deps.add_edge(("g", group_of[src.id]), key)
-        if src.op == "variable":
-            old_readers.setdefault(src.attrs["name"], []).append(key)
     for name in in_place:
         writer = ("g", group_of[dict(program.updates)[name].id])
         deps.add_edges_from((r, writer) for r in old_readers.get(name, []) if r != writer)

@@ -13,7 +13,7 @@ from .program import Program, rebuild
 
 MAX_ELEMENTS = 1024
 _NEVER = {"parameter", "variable", "constant", "rng", "all_reduce", "all_gather",
-          "reduce_scatter", "broadcast_in_dim"}
+          "reduce_scatter"}
 
 
 def constant_fold(program: Program, max_elements: int = MAX_ELEMENTS) -> Program:

@@ -89,8 +89,14 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
     materialized: set[int] = set()
     cost: dict[int, int] = {}
     pure_view: dict[int, bool] = {}
+    row_shapes: dict[int, set] = {}     # row counts of the reductions a value depends on
     for n in nodes:
         c = cls[n.id]
+        row_shapes[n.id] = set().union(*(row_shapes[i.id] for i in n.inputs)) \
+            if n.inputs else set()
+        if c == "reduce":
+            shape, axes = K.reduction_signature(n)
+            row_shapes[n.id] = row_shapes[n.id] | {n.size}
         if c in ("buffer", "inline"):
             pure_view[n.id] = c == "buffer"
             cost[n.id] = 0
@@ -116,7 +122,10 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
             decisions.append(f"materialize %{n.id} ({n.op}): operand of a dot/conv/scatter")
             continue
         if len(us) > 1 or any(u.size > n.size for u in us):
-            amplification = sum(max(u.size, 1) for u in us) / max(n.size, 1)
+            # a per-row value (the shape of a reduction it depends on) is computed once
+            # per row inside a row kernel, so broadcasting it costs nothing extra
+            amplification = len(us) if n.size in row_shapes[n.id] else \
+                sum(max(u.size, 1) for u in us) / max(n.size, 1)
             if cost[n.id] * amplification > DUPLICATION_LIMIT * max(1, len(us) // 2 + 1) \
                     and cost[n.id] > 0:
                 materialized.add(n.id)

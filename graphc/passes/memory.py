@@ -37,10 +37,14 @@ def plan_memory(sizes: dict, first: dict, last: dict, in_place_pairs=()) -> Memo
         return b
 
     used_pairs = []
+    owner = {b: b for b in sizes}      # per slot: the buffer that occupies it last
     for a, o in in_place_pairs:
         ra, ro = find(a), find(o)
-        if ra != ro and sizes[a] == sizes[o] and last[a] == first[o]:
+        # o must be alone, and a must be the slot's latest occupant, dying where o starts
+        if ra != ro and ro == o and owner[ra] == a and sizes[a] == sizes[o] \
+                and last[a] == first[o]:
             parent[ro] = ra
+            owner[ra] = o
             used_pairs.append((a, o))
     slots: dict = {}
     for b in sizes:

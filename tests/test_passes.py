@@ -1,0 +1,100 @@
+"""Each graph pass on its own."""
+import numpy as np
+
+import graphc as gc
+from graphc.passes import constant_fold, cse, dce, simplify
+from graphc.passes.manager import PassManager
+from graphc.passes.program import Program
+
+
+def program_of(outputs, updates=()):
+    graph = outputs[0].graph
+    return Program(graph, [o.node for o in outputs], list(updates))
+
+
+def ops(program):
+    return [n.op for n in program.live_nodes()]
+
+
+def same_values(p1, p2, feeds):
+    from graphc.ir.interpreter import run
+    for a, b in zip(run(p1.graph, p1.outputs, feeds), run(p2.graph, p2.outputs, feeds)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_simplify_identities(graph):
+    x = gc.placeholder((3, 4), name="x")
+    i = gc.placeholder((3,), "int32", name="i")
+    outs = [x + 0.0, 1.0 * x, x / 1.0, -(-x), x.T.T, x.reshape(12).reshape(3, 4),
+            gc.cast(x, "float32"), i - i, x[:, :], gc.where(True, x, x * 2)]
+    p = program_of(outs)
+    s = simplify(p)
+    for o in s.outputs[:7] + s.outputs[8:]:
+        assert o.op == "parameter", o
+    assert s.outputs[7].op == "broadcast_in_dim"            # i - i -> 0 for integers
+    same_values(p, s, {"x": np.random.rand(3, 4).astype(np.float32),
+                       "i": np.array([1, 2, 3], np.int32)})
+
+
+def test_simplify_keeps_float_x_minus_x(graph):
+    x = gc.placeholder((3,), name="x")
+    s = simplify(program_of([x - x]))
+    assert s.outputs[0].op == "sub"          # inf - inf is nan, so not folded
+
+
+def test_simplify_sum_of_broadcast(graph):
+    x = gc.placeholder((4,), name="x")
+    y = gc.broadcast_to(x, (5, 4)).sum(axis=0)
+    p = program_of([y])
+    s = simplify(p)
+    assert "reduce_sum" not in ops(s)
+    same_values(p, s, {"x": np.arange(4, dtype=np.float32)})
+
+
+def test_constant_fold_small_only(graph):
+    a = gc.constant(np.arange(6, dtype=np.float32))
+    small = gc.exp(a) * 2
+    big = gc.constant(np.ones(5000, np.float32)) * 3
+    p = program_of([small, big])
+    f = constant_fold(p)
+    assert f.outputs[0].op == "constant"
+    np.testing.assert_allclose(f.outputs[0].attrs["value"], np.exp(np.arange(6.0)) * 2, rtol=1e-6)
+    assert f.outputs[1].op == "mul"
+
+
+def test_cse_merges_equal_nodes(graph):
+    x = gc.placeholder((3,), name="x")
+    a = gc.exp(x) + gc.constant(np.float32(1))
+    b = gc.exp(x) + gc.constant(np.float32(1))
+    p = program_of([a * b])
+    c = cse(p)
+    assert ops(c).count("exp") == 1 and ops(c).count("constant") == 1
+    same_values(p, c, {"x": np.array([1, 2, 3], np.float32)})
+
+
+def test_dce_drops_unused(graph):
+    x = gc.placeholder((3,), name="x")
+    gc.exp(x) * 5          # dead
+    y = x + 1
+    p = program_of([y])
+    assert "exp" not in ops(dce(p)) and len(dce(p).graph.nodes) == 4
+
+
+def test_pass_manager_times_and_dumps(graph, tmp_path):
+    x = gc.placeholder((3,), name="x")
+    p = program_of([(x + 0.0) * 2])
+    pm = PassManager([("simplify", simplify), ("dce", dce)], str(tmp_path))
+    out = pm.run(p)
+    assert set(pm.seconds) == {"simplify", "dce"}
+    files = sorted(f.name for f in tmp_path.iterdir())
+    assert files == ["00-input.txt", "01-simplify.txt", "02-dce.txt"]
+    assert "add(" in (tmp_path / "00-input.txt").read_text()
+    assert "add(" not in (tmp_path / "02-dce.txt").read_text()
+    assert "outputs:" in pm.dumps["dce"] and out.outputs[0].op == "mul"
+
+
+def test_compile_dump_dir(graph, tmp_path):
+    x = gc.placeholder((3,), name="x")
+    gc.compile(gc.exp(x) + 0.0, dump_dir=str(tmp_path))
+    names = sorted(f.name for f in tmp_path.iterdir())
+    assert names[0] == "00-input.txt" and any("cse" in n for n in names)
