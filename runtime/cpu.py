@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from .errors import CompileError, DeviceError
+from .errors import CompileError, DeviceError, FeedError
 from .feeds import bind_inputs, check_array
 
 _llvm_ready = False
@@ -42,6 +42,32 @@ def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
     raw = np.empty(nbytes + align, np.uint8)
     start = (-raw.ctypes.data) % align
     return raw[start:start + nbytes]
+
+
+class VariableStore(dict):
+    """name -> live array of an executable's variables. Assigning copies the new value
+    into the existing array (after checking shape and dtype), so compiled code that holds
+    the array's address keeps seeing the current value."""
+
+    def __setitem__(self, name, value):
+        if name not in self:
+            raise KeyError(f"no variable {name!r}; variables: {', '.join(self)}")
+        current = dict.__getitem__(self, name)
+        value = np.asarray(value)
+        if value.shape != current.shape or value.dtype != current.dtype:
+            raise FeedError(f"variable {name!r}: expected shape {current.shape} and dtype "
+                            f"{current.dtype}, got {value.shape} {value.dtype}")
+        current[...] = value
+
+    def update(self, *args, **kwargs):
+        for k, v in dict(*args, **kwargs).items():
+            self[k] = v
+
+    def __delitem__(self, name):
+        raise TypeError("variables cannot be removed from a compiled executable")
+
+    def pop(self, *args):
+        raise TypeError("variables cannot be removed from a compiled executable")
 
 
 class Signature:
@@ -84,8 +110,8 @@ class CpuProgram:
             raise CompileError("the compiled module has no graphc_main")
         self._main = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)
         self.arena = aligned_empty(max(arena_bytes, 64))
-        self.variables = {name: np.array(variables[name], order="C", copy=True)
-                          for name, *_ in signature.variables}
+        self.variables = VariableStore({name: np.array(variables[name], order="C", copy=True)
+                                        for name, *_ in signature.variables})
         self.constants = [np.ascontiguousarray(c) for c in constants]
         self.poison_arena = False
         self.lock = threading.Lock()

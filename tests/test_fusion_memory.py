@@ -238,3 +238,16 @@ def test_gc_function_caches_per_signature():
     f(rand((5, 4)), rand((5, 4)))
     f(a, b, power=3)
     assert len(calls) == 3 and len(f.cache) == 3
+
+
+def test_assigning_variables_copies_in_place_with_checks(graph):
+    w = gc.variable(np.ones(3, np.float32), name="w")
+    exe = gc.compile(w * 2)
+    arr = exe.variables["w"]
+    exe.variables["w"] = np.array([1, 2, 3], np.float32)
+    assert exe.variables["w"] is arr
+    np.testing.assert_array_equal(exe(), [2, 4, 6])
+    with pytest.raises(gc.FeedError, match="variable 'w': expected shape"):
+        exe.variables["w"] = np.zeros(4, np.float32)
+    with pytest.raises(KeyError):
+        exe.variables["nope"] = 1
