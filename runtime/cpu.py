@@ -34,8 +34,16 @@ def host_target_machine(opt: int = 3):
     b = llvm()
     target = b.Target.from_default_triple()
     return target.create_target_machine(cpu=b.get_host_cpu_name(),
-                                        features=b.get_host_cpu_features().flatten(),
+                                        features=_features(b),
                                         opt=opt, reloc="default", codemodel="jitdefault")
+
+
+def _features(b) -> str:
+    """Host CPU features; with AVX-512, let the vectorizer use the full 512-bit width."""
+    features = b.get_host_cpu_features().flatten()
+    if "+avx512f" in features.split(","):
+        features += ",-prefer-256-bit"
+    return features
 
 
 def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:

@@ -17,6 +17,7 @@ from graphc_runtime.errors import CompileError
 
 from ..ir import dtypes
 from . import index as ix
+from . import mathlib
 from . import kernel as K
 
 I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
@@ -139,6 +140,8 @@ class Emitter:
         self.env: dict[str, ir.Value] = {}
         self.accs: dict[int, ir.Value] = {}
         self.cache: dict = {}
+        self.stash: dict = {}          # expr id -> row scratch holding its values
+        self.row_lin = None            # linear index within the row, while in a row loop
 
     # -- loops ---------------------------------------------------------------------------
     def loops(self, vars_, body) -> None:
@@ -196,9 +199,21 @@ class Emitter:
 
     def row(self, k: K.RowKernel) -> None:
         b = self.b
+        size = 1
+        for n in k.reduced_shape:
+            size *= n
+        lin_all = ix.linearize(k.reduced_vars, k.reduced_shape)
+        scratch = {}
+        for st, e in k.stashed:
+            ty = self._expr_type(e)
+            with b.goto_entry_block():
+                scratch[id(e)] = (st, b.alloca(ty, size=ir.Constant(I64, size)))
+        self.stash = {}
+        self.row_lin = lin_all
         for stage, red in enumerate(k.reductions):
             for e in k.row_values[stage]:      # once per row, before the stage's loop
                 self.value(e)
+            mine = [(i, ptr) for i, (st, ptr) in scratch.items() if st == stage]
             acc_ty = COMPUTE[red.acc_dtype]
             acc = self._alloca(acc_ty)
             b.store(self._identity(red.kind, red.acc_dtype), acc)
@@ -207,8 +222,10 @@ class Emitter:
                 b.store(ir.Constant(I64, 0), idx)
             lin = ix.linearize(k.reduced_vars, k.reduced_shape)
 
-            def body(red=red, acc=acc, idx=idx, lin=lin):
+            def body(red=red, acc=acc, idx=idx, lin=lin, mine=mine):
                 v = self.convert_value(self.value(red.value), red.value.dtype, red.acc_dtype)
+                for i, ptr in mine:
+                    b.store(self.cache[("v", i)][0], b.gep(ptr, [self.index(lin_all)]))
                 cur = b.load(acc)
                 if idx is None:
                     b.store(self._combine(red.kind, red.acc_dtype, cur, v), acc)
@@ -222,11 +239,14 @@ class Emitter:
             else:
                 result = self.cast_int(b.load(idx), red.dtype)
             self.accs[stage] = result
+            self.stash.update(mine)
         for e in k.row_values[-1]:
             self.value(e)
         self.stores(k.row_stores)
         if k.full_stores:
             self.loops(k.reduced_vars, lambda: self.stores(k.full_stores))
+        self.row_lin = None
+        self.stash = {}
 
     def dot(self, k: K.DotKernel) -> None:
         b = self.b
@@ -396,7 +416,11 @@ class Emitter:
         key = ("v", id(e))
         if key in self.cache:
             return self.cache[key][0]
-        v = self._value(e)
+        stash = getattr(self, "stash", {})
+        if id(e) in stash and self.row_lin is not None:
+            v = self.b.load(self.b.gep(stash[id(e)], [self.index(self.row_lin)]))
+        else:
+            v = self._value(e)
         self.cache[key] = (v, e)
         return v
 
@@ -453,6 +477,9 @@ class Emitter:
         for c in conds:
             out = b.and_(out, c)
         return out
+
+    def _expr_type(self, e):
+        return COMPUTE[e.dtype]
 
     def cast_int(self, v, dtype):
         ty = COMPUTE[dtype]
@@ -559,6 +586,8 @@ class Emitter:
             pos = b.fcmp_ordered(">", x, zero)
             neg = b.fcmp_ordered("<", x, zero)
             return b.select(pos, one, b.select(neg, ir.Constant(ty, -1.0), x))
+        if ty == F32 and op in mathlib.VECTOR_F32:
+            return mathlib.VECTOR_F32[op](b, x)
         if op == "logistic":
             e = b.call(self.mb.libm("exp", ty), [b.fneg(b.call(
                 self.mb.intrinsic("llvm.fabs", [ty]), [x]))])

@@ -129,6 +129,8 @@ class RowKernel:
     full_stores: list         # stores over the reduced dims (after all reductions)
     row_values: list = field(default_factory=list)   # per stage (+1 for the stores):
     # expressions that depend on the row only, evaluated once per row before that stage
+    stashed: list = field(default_factory=list)      # (stage, expr): full-index values
+    # computed in that stage's loop and kept in a row-sized scratch for later loops
 
 
 @dataclass
@@ -378,8 +380,62 @@ def build_row(name, roots, members, buffer_of, dests) -> RowKernel:
         else:
             raise Illegal(f"root %{r.id} {r.type_str()} does not fit the row domain")
     row_values.append(new_row_values(seen))
+    stashed = _stash_candidates(stages, full_stores, red_shape)
     return RowKernel(name, kept_shape, kvars, red_shape, rvars, full, stages, row_stores,
-                     full_stores, row_values)
+                     full_stores, row_values, stashed)
+
+
+EXPENSIVE = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "erf", "pow"}
+MAX_STASH_ELEMENTS = 1 << 15
+
+
+def _walk(e, out: dict):
+    """id -> expr for every value expression under `e`."""
+    if id(e) in out:
+        return
+    out[id(e)] = e
+    if isinstance(e, Prim):
+        for a in e.args:
+            _walk(a, out)
+
+
+def _expensive(e, memo) -> bool:
+    if id(e) not in memo:
+        memo[id(e)] = isinstance(e, Prim) and (e.op in EXPENSIVE or any(
+            _expensive(a, memo) for a in e.args))
+    return memo[id(e)]
+
+
+def _stash_candidates(stages, full_stores, red_shape) -> list:
+    """Expensive full-index values computed in a reduction stage and needed again later:
+    keeping them in a row-sized scratch saves recomputing them (softmax's exp)."""
+    size = 1
+    for n in red_shape:
+        size *= n
+    if not stages or size > MAX_STASH_ELEMENTS or size == 0:
+        return []
+    later_exprs = [s.value for s in full_stores]
+    chosen, taken, memo = [], set(), {}
+    for k in range(len(stages) - 1, -1, -1):
+        here: dict = {}
+        _walk(stages[k].value, here)
+        later: dict = {}
+        for e in later_exprs:
+            _walk(e, later)
+        shared = [e for i, e in here.items() if i in later and i not in taken
+                  and _expensive(e, memo) and not isinstance(e, (Load, Const))]
+        # keep the outermost shared values only
+        inner: dict = {}
+        for e in shared:
+            if isinstance(e, Prim):
+                for a in e.args:
+                    _walk(a, inner)
+        for e in shared:
+            if id(e) not in inner:
+                chosen.append((k, e))
+                taken.add(id(e))
+        later_exprs.append(stages[k].value)
+    return chosen
 
 
 def build_dot(name, dot: Node, roots, members, buffer_of, dests) -> DotKernel:
