@@ -121,7 +121,7 @@ def test_mlp_training_step_memory_and_in_place_updates():
     gc.evaluate({"loss": loss}, feeds, updates=updates)
     for k in g.variables:
         np.testing.assert_allclose(exe.variables[k], g.variables[k], rtol=1e-5, atol=1e-4)
-    assert s["compile_seconds"] < 5
+    assert s["compile_seconds"] > 0 and "fusion" in s["pass_seconds"]
 
 
 def test_poisoned_arena_changes_nothing(graph):
