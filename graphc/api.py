@@ -244,6 +244,25 @@ def flatten_outputs(outputs) -> tuple[list[Tensor], Any]:
     return flat, lambda vals: build(spec, vals)
 
 
+def structure_of(outputs):
+    """JSON form of the outputs' structure (for artifacts): leaves are flat positions;
+    None when a dict key is not a string (such an executable cannot be saved)."""
+    counter = iter(range(1 << 30))
+
+    def walk(obj):
+        if isinstance(obj, Tensor):
+            return next(counter)
+        if isinstance(obj, dict):
+            if not all(isinstance(k, str) for k in obj):
+                raise TypeError
+            return {"dict": [[k, walk(v)] for k, v in obj.items()]}
+        return {"tuple" if isinstance(obj, tuple) else "list": [walk(v) for v in obj]}
+    try:
+        return walk(outputs)
+    except TypeError:
+        return None
+
+
 def _graph_of(tensors: list[Tensor]) -> Graph:
     graphs = {id(t.graph): t.graph for t in tensors}
     if len(graphs) != 1:

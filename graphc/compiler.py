@@ -8,7 +8,7 @@ from graphc_runtime.cpu import CpuProgram, Signature
 from graphc_runtime.errors import CompileError, DeviceError, GraphcError, ShapeError
 
 from . import passes
-from .api import Tensor, as_tensor, flatten_outputs, _graph_of
+from .api import Tensor, as_tensor, flatten_outputs, _graph_of, structure_of
 from .codegen import cpu as cpu_codegen
 from .codegen.lower import lower
 from .executable import Executable
@@ -99,17 +99,16 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     seconds["codegen"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    sig = Signature(
-        inputs=[(n.attrs["name"], n.shape, dtypes.to_numpy(n.dtype), n.dtype, n.type_str())
-                for n in input_nodes],
-        outputs=[(b.name, b.shape, dtypes.to_numpy(b.dtype), b.dtype, "") for b in lowered.outputs],
-        variables=[(name, graph.variables[name].shape, graph.variables[name].dtype,
-                    dtypes.canonical(graph.variables[name].dtype), "")
-                   for name in lowered.variables])
-    native = CpuProgram(llvm_ir, sig, lowered.memory.arena_bytes,
-                        {name: graph.variables[name] for name in lowered.variables},
-                        [c for _, c in lowered.constants], options.get("opt_level", 3))
+    native_module = cpu_codegen.NativeModule(llvm_ir, options.get("opt_level", 3))
     seconds["llvm"] = time.perf_counter() - t0
+    sig = Signature(
+        inputs=[(n.attrs["name"], n.shape, n.dtype) for n in input_nodes],
+        outputs=[(b.name, b.shape, b.dtype) for b in lowered.outputs],
+        variables=[(name, graph.variables[name].shape,
+                    dtypes.canonical(graph.variables[name].dtype)) for name in lowered.variables])
+    native = CpuProgram(native_module.object_code, sig, lowered.memory.arena_bytes,
+                        {name: graph.variables[name] for name in lowered.variables},
+                        [c for _, c in lowered.constants])
 
     stats = {
         "kernels": len(lowered.kernels),
@@ -125,7 +124,10 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
         "num_threads": num_threads,
     }
     dumps = {"graph": pm.dumps["input"], "optimized": pm.dumps["dce"],
-             "fused": fusion.describe(plan), "llvm": llvm_ir,
+             "fused": fusion.describe(plan), "llvm": native_module.optimized_ir,
              "memory": memory.describe(lowered.memory, {b.id: b.name for b in
                                                         lowered.buffers.values()})}
-    return Executable(native, rebuild, stats, dumps, device="cpu")
+    from .artifact_info import describe_program
+    info = describe_program(optimized, plan, lowered, native_module, structure_of(outputs))
+    return Executable(native, rebuild, stats, dumps, device="cpu", module=native_module,
+                      info=info)

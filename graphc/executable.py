@@ -9,12 +9,15 @@ STAGES = ("graph", "optimized", "fused", "memory", "llvm", "asm", "ptx")
 class Executable:
     """`exe(*inputs, **inputs)` runs one step and returns the outputs' structure."""
 
-    def __init__(self, native, rebuild, stats: dict, dumps: dict, device: str):
+    def __init__(self, native, rebuild, stats: dict, dumps: dict, device: str, module=None,
+                 info=None):
         self._native = native
         self._rebuild = rebuild
         self.stats = stats
         self._dumps = dumps
         self.device = device
+        self._module = module
+        self._info = info
 
     def __call__(self, *args, **kwargs):
         return self._rebuild(self._native.run(args, kwargs))
@@ -35,7 +38,21 @@ class Executable:
         if stage == "ptx":
             raise CompileError(f"no PTX: this executable was compiled for {self.device}")
         if stage == "asm":
-            return self._native.assembly()
-        if stage == "llvm":
-            return self._native.optimized_ir
+            return self._module.assembly()
         return self._dumps[stage]
+
+    def save(self, path: str) -> None:
+        """Write the compiled program and its current variables as an artifact that
+        `graphc_runtime.load` runs without the compiler."""
+        from graphc_runtime.model import save_program
+        manifest = dict(self._info["manifest"])
+        if manifest["structure"] is None:
+            raise CompileError("cannot save: the outputs are a dict with non-string keys")
+        manifest["signature"] = self._native.signature.to_json()
+        manifest["stats"] = {k: v for k, v in self.stats.items()
+                             if isinstance(v, (int, float, str))}
+        sections = dict(self._info["sections"])
+        for stage in ("graph", "optimized", "fused", "memory", "llvm", "asm"):
+            sections[f"dump/{stage}"] = self.dump(stage).encode()
+        save_program(path, manifest, sections, dict(self._native.variables),
+                     self._native.constants)

@@ -1,4 +1,4 @@
-"""The CPU executor: JIT-compiles an executable's LLVM module and runs it.
+"""The CPU executor: loads an executable's native object code and runs it.
 
 It owns the arena (64-byte aligned), the variables and the constants, checks and binds
 the inputs, and runs the whole program with one native call. Calls are serialized by a
@@ -11,7 +11,8 @@ import threading
 
 import numpy as np
 
-from .errors import CompileError, DeviceError, FeedError
+from .dtypes import NUMPY, type_str
+from .errors import CompileError, FeedError
 from .feeds import bind_inputs, check_array
 
 _llvm_ready = False
@@ -31,11 +32,16 @@ def llvm():
 
 
 def host_target_machine(opt: int = 3):
+    """A target machine for this CPU with all of its features."""
     b = llvm()
     target = b.Target.from_default_triple()
     return target.create_target_machine(cpu=b.get_host_cpu_name(),
                                         features=_features(b),
                                         opt=opt, reloc="default", codemodel="jitdefault")
+
+
+def host_features() -> str:
+    return _features(llvm())
 
 
 def _features(b) -> str:
@@ -79,68 +85,71 @@ class VariableStore(dict):
 
 
 class Signature:
-    """Names, shapes and dtypes of an executable's inputs, outputs and variables.
-
-    Each entry is (name, shape, numpy dtype, graphc dtype name, printed type).
-    """
+    """Names, shapes and dtype names of an executable's inputs, outputs and variables."""
 
     def __init__(self, inputs, outputs, variables):
-        self.inputs, self.outputs, self.variables = inputs, outputs, variables
+        self.inputs = [(n, tuple(s), d) for n, s, d in inputs]
+        self.outputs = [(n, tuple(s), d) for n, s, d in outputs]
+        self.variables = [(n, tuple(s), d) for n, s, d in variables]
+
+    def to_json(self) -> dict:
+        return {k: [[n, list(s), d] for n, s, d in getattr(self, k)]
+                for k in ("inputs", "outputs", "variables")}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Signature":
+        return cls(**{k: [(n, tuple(s), d) for n, s, d in data[k]]
+                      for k in ("inputs", "outputs", "variables")})
 
 
 class CpuProgram:
-    """A JIT-compiled program: `run(args, kwargs)` -> list of output arrays."""
+    """Native code loaded for execution: `run(args, kwargs)` -> list of output arrays.
 
-    def __init__(self, llvm_ir: str, signature: Signature, arena_bytes: int,
-                 variables: dict, constants: list, opt_level: int = 3):
+    `object_code` is a relocatable object file for the host (what the compiler produced,
+    or what an artifact holds); loading it runs no optimizer.
+    """
+
+    def __init__(self, object_code: bytes, signature: Signature, arena_bytes: int,
+                 variables: dict, constants: list):
         b = llvm()
         self.signature = signature
-        self.llvm_ir = llvm_ir
+        self.object_code = bytes(object_code)
+        self.target_machine = host_target_machine(0)
+        self.engine = b.create_mcjit_compiler(b.parse_assembly(""), self.target_machine)
         try:
-            module = b.parse_assembly(llvm_ir)
-            module.verify()
-        except RuntimeError as e:
-            raise CompileError(f"generated LLVM IR is invalid: {e}") from None
-        self.target_machine = host_target_machine(opt_level)
-        if opt_level > 0:
-            pto = b.create_pipeline_tuning_options(speed_level=opt_level)
-            pto.loop_vectorization = True
-            pto.slp_vectorization = True
-            pb = b.create_pass_builder(self.target_machine, pto)
-            pb.getModulePassManager().run(module, pb)
-        self.optimized_ir = str(module)
-        self.engine = b.create_mcjit_compiler(module, self.target_machine)
-        self.engine.finalize_object()
-        self.asm = None
-        self._module = module
-        address = self.engine.get_function_address("graphc_main")
+            self.engine.add_object_file(b.ObjectFileRef.from_data(self.object_code))
+            self.engine.finalize_object()
+            address = self.engine.get_function_address("graphc_main")
+        except Exception as e:                       # llvmlite raises plain RuntimeErrors
+            raise CompileError(f"cannot load the native code: {e}") from None
         if not address:
-            raise CompileError("the compiled module has no graphc_main")
+            raise CompileError("the native code has no graphc_main")
         self._main = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)
-        self.arena = aligned_empty(max(arena_bytes, 64))
-        self.variables = VariableStore({name: np.array(variables[name], order="C", copy=True)
-                                        for name, *_ in signature.variables})
+        self.arena_bytes = int(arena_bytes)
+        self.arena = aligned_empty(max(self.arena_bytes, 64))
+        store = {}
+        for name, shape, dtype in signature.variables:
+            value = np.array(variables[name], dtype=NUMPY[dtype], order="C", copy=True)
+            if value.shape != shape:
+                raise FeedError(f"variable {name!r}: expected shape {shape}, got {value.shape}")
+            store[name] = value
+        self.variables = VariableStore(store)
         self.constants = [np.ascontiguousarray(c) for c in constants]
         self.poison_arena = False
         self.lock = threading.Lock()
         n = 1 + len(signature.inputs) + len(signature.outputs) + len(signature.variables) + \
             len(self.constants)
         self._table = (ctypes.c_void_p * n)()
-        self._n_in = len(signature.inputs)
         self._names = [e[0] for e in signature.inputs]
-
-    def assembly(self) -> str:
-        if self.asm is None:
-            self.asm = self.target_machine.emit_assembly(self._module)
-        return self.asm
+        self._inputs = [(name, shape, NUMPY[d], d, type_str(shape, d))
+                        for name, shape, d in signature.inputs]
+        self._outputs = [(shape, NUMPY[d]) for _, shape, d in signature.outputs]
 
     def run(self, args: tuple, kwargs: dict) -> list:
         values = bind_inputs(self._names, args, kwargs)
-        arrays = []
-        for value, (name, shape, npd, dname, tstr) in zip(values, self.signature.inputs):
-            a = check_array(name, value, shape, npd, dname, tstr)
-            arrays.append(np.ascontiguousarray(a))
-        outs = [np.empty(shape, npd) for _, shape, npd, _, _ in self.signature.outputs]
+        arrays = [np.ascontiguousarray(check_array(name, value, shape, npd, dname, tstr))
+                  for value, (name, shape, npd, dname, tstr) in zip(values, self._inputs)]
+        outs = [np.empty(shape, npd) for shape, npd in self._outputs]
         with self.lock:
             table = self._table
             if self.poison_arena:
@@ -150,16 +159,11 @@ class CpuProgram:
             for a in arrays + outs:
                 table[k] = a.ctypes.data
                 k += 1
-            for name, *_ in self.signature.variables:
-                table[k] = self.variables[name].ctypes.data
+            for name in self.variables:
+                table[k] = dict.__getitem__(self.variables, name).ctypes.data
                 k += 1
             for c in self.constants:
                 table[k] = c.ctypes.data
                 k += 1
             self._main(ctypes.cast(table, ctypes.c_void_p))
         return outs
-
-
-def require_cpu(device: str) -> None:
-    if device not in ("cpu", "cpu:0"):
-        raise DeviceError(f"device {device!r} is not a CPU")

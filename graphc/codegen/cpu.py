@@ -771,3 +771,35 @@ def _size(buf) -> int:
     for d in buf.shape:
         n *= d
     return n
+
+
+class NativeModule:
+    """An optimized LLVM module for the host and its object code."""
+
+    def __init__(self, llvm_ir: str, opt_level: int = 3):
+        from graphc_runtime.cpu import host_features, host_target_machine, llvm
+        b = llvm()
+        try:
+            module = b.parse_assembly(llvm_ir)
+            module.verify()
+        except RuntimeError as e:
+            raise CompileError(f"generated LLVM IR is invalid: {e}") from None
+        self.target_machine = host_target_machine(opt_level)
+        if opt_level > 0:
+            pto = b.create_pipeline_tuning_options(speed_level=min(opt_level, 3))
+            pto.loop_vectorization = True
+            pto.slp_vectorization = True
+            pb = b.create_pass_builder(self.target_machine, pto)
+            pb.getModulePassManager().run(module, pb)
+        self.module = module
+        self.optimized_ir = str(module)
+        self.object_code = self.target_machine.emit_object(module)
+        self.triple = b.get_process_triple()
+        self.cpu = b.get_host_cpu_name()
+        self.features = host_features()
+        self._asm = None
+
+    def assembly(self) -> str:
+        if self._asm is None:
+            self._asm = self.target_machine.emit_assembly(self.module)
+        return self._asm

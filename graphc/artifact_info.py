@@ -1,0 +1,41 @@
+"""What an executable's artifact records besides its data: manifest fields and the
+static sections (object code, optimized graph, dumps, fusion and memory plans)."""
+from __future__ import annotations
+
+import json
+
+from graphc_runtime import __version__ as runtime_version
+
+from .ir import dtypes
+from .ir.serialize import dumps as graph_dumps
+
+
+def describe_program(program, plan, lowered, native_module, structure) -> dict:
+    groups = [{"id": g.id, "kind": g.kind, "roots": [r.id for r in g.roots],
+               "members": sorted(g.members)} for g in plan.groups]
+    names = {b.id: b.name for b in lowered.buffers.values()}
+    intervals = [{"buffer": names.get(b, str(b)), "offset": lowered.memory.offsets[b],
+                  "first": lo, "last": hi, "bytes": size}
+                 for b, (lo, hi, size) in lowered.memory.intervals.items()]
+    manifest = {
+        "graphc_version": runtime_version,
+        "device": "cpu",
+        "target": {"triple": native_module.triple, "cpu": native_module.cpu,
+                   "features": native_module.features},
+        "structure": structure,
+        "arena_bytes": lowered.memory.arena_bytes,
+        "memory": {"arena_bytes": lowered.memory.arena_bytes,
+                   "live_bytes_lower_bound": lowered.memory.live_bytes_lower_bound,
+                   "naive_bytes": lowered.naive_bytes, "buffers": intervals},
+        "kernels": [{"name": n, "read": r, "written": w} for n, r, w in lowered.traffic],
+        "constants": [[list(b.shape), b.dtype] for b, _ in lowered.constants],
+        "graph_name": program.graph.name,
+    }
+    sections = {
+        "object": bytes(native_module.object_code),
+        "graph.json": graph_dumps(program.graph, program.roots()).encode(),
+        "fusion.json": json.dumps({"groups": groups,
+                                   "outputs": [o.id for o in program.outputs],
+                                   "updates": [[n, v.id] for n, v in program.updates]}).encode(),
+    }
+    return {"manifest": manifest, "sections": sections}

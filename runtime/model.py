@@ -1,0 +1,144 @@
+"""Loading and saving artifacts, and the Model they load as (no compiler needed)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import artifact
+from .cpu import CpuProgram, Signature, host_features, llvm
+from .dtypes import NUMPY
+from .errors import ArtifactError
+
+STAGES = ("graph", "optimized", "fused", "memory", "llvm", "asm")
+_REQUIRED = {"graphc_version": str, "device": str, "target": dict, "signature": dict,
+             "structure": (dict, list, int), "arena_bytes": int, "constants": list}
+
+
+def rebuild(structure, values):
+    """Outputs in the structure recorded by the compiler (see graphc.api.structure_of)."""
+    if isinstance(structure, int):
+        return values[structure]
+    if "dict" in structure:
+        return {k: rebuild(v, values) for k, v in structure["dict"]}
+    kind = tuple if "tuple" in structure else list
+    return kind(rebuild(v, values) for v in next(iter(structure.values())))
+
+
+def array_bytes(a: np.ndarray) -> bytes:
+    a = np.ascontiguousarray(a)
+    return a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def bytes_array(blob: bytes, shape, dtype: str, what: str) -> np.ndarray:
+    npd = NUMPY.get(dtype)
+    if npd is None:
+        raise ArtifactError(f"{what}: unknown dtype {dtype!r}")
+    count = int(np.prod(shape, dtype=np.int64))
+    if len(blob) != count * npd.itemsize:
+        raise ArtifactError(f"{what}: holds {len(blob)} bytes, {shape} {dtype} needs "
+                            f"{count * npd.itemsize}")
+    return np.frombuffer(blob, dtype=npd.newbyteorder("<")).astype(npd).reshape(shape)
+
+
+def check_target(manifest: dict, label: str) -> None:
+    target = manifest["target"]
+    if manifest["device"] != "cpu":
+        raise ArtifactError(f"{label}: built for device {manifest['device']!r}; this loader "
+                            f"runs CPU artifacts")
+    b = llvm()
+    triple = b.get_process_triple()
+    if target.get("triple") != triple:
+        raise ArtifactError(f"{label}: built for {target.get('triple')!r}, this machine is "
+                            f"{triple!r}")
+    have = {f[1:] for f in host_features().split(",") if f.startswith("+")}
+    need = {f[1:] for f in str(target.get("features", "")).split(",") if f.startswith("+")}
+    missing = sorted(need - have)
+    if missing:
+        raise ArtifactError(f"{label}: this CPU lacks features the code was built for: "
+                            f"{', '.join(missing[:12])}" + (" ..." if len(missing) > 12 else ""))
+
+
+class Model:
+    """A loaded artifact: call it like the Executable it was saved from."""
+
+    def __init__(self, manifest: dict, sections: dict, label: str = "artifact"):
+        for key, kind in _REQUIRED.items():
+            if not isinstance(manifest.get(key), kind):
+                raise ArtifactError(f"{label}: manifest field {key!r} is missing or malformed")
+        check_target(manifest, label)
+        try:
+            signature = Signature.from_json(manifest["signature"])
+        except (KeyError, TypeError, ValueError):
+            raise ArtifactError(f"{label}: malformed signature") from None
+        variables = {}
+        for name, shape, dtype in signature.variables:
+            blob = sections.get(f"variable/{name}")
+            if blob is None:
+                raise ArtifactError(f"{label}: variable {name!r} has no data section")
+            variables[name] = bytes_array(blob, shape, dtype, f"{label}: variable {name!r}")
+        constants = []
+        for k, entry in enumerate(manifest["constants"]):
+            try:
+                shape, dtype = tuple(entry[0]), entry[1]
+            except (TypeError, IndexError):
+                raise ArtifactError(f"{label}: malformed constant entry {k}") from None
+            blob = sections.get(f"constant/{k}")
+            if blob is None:
+                raise ArtifactError(f"{label}: constant {k} has no data section")
+            constants.append(bytes_array(blob, shape, dtype, f"{label}: constant {k}"))
+        if "object" not in sections:
+            raise ArtifactError(f"{label}: no native code section")
+        from .errors import CompileError
+        try:
+            self._native = CpuProgram(sections["object"], signature, manifest["arena_bytes"],
+                                      variables, constants)
+        except CompileError as e:
+            raise ArtifactError(f"{label}: {e}") from None
+        self.manifest = manifest
+        self._sections = sections
+        self.signature = signature
+
+    def __call__(self, *args, **kwargs):
+        return rebuild(self.manifest["structure"], self._native.run(args, kwargs))
+
+    @property
+    def variables(self):
+        return self._native.variables
+
+    @property
+    def input_names(self) -> list:
+        return [n for n, _, _ in self.signature.inputs]
+
+    def dump(self, stage: str = "optimized") -> str:
+        blob = self._sections.get(f"dump/{stage}")
+        if blob is None:
+            raise ArtifactError(f"this artifact holds no {stage!r} dump; it has: "
+                                f"{', '.join(s[5:] for s in self._sections if s.startswith('dump/'))}")
+        return blob.decode()
+
+    def graph_json(self) -> str:
+        return self._sections["graph.json"].decode()
+
+    def save(self, path: str) -> None:
+        """Write this model, with its current variable values, as a new artifact."""
+        sections = dict(self._sections)
+        for name, value in self.variables.items():
+            sections[f"variable/{name}"] = array_bytes(value)
+        manifest = {k: v for k, v in self.manifest.items() if k not in ("sections",)}
+        artifact.write(path, manifest, sections)
+
+
+def load(path: str) -> Model:
+    """Load an artifact written by `Executable.save` (checks integrity and the target)."""
+    manifest, sections = artifact.read(path)
+    return Model(manifest, sections, label=str(path))
+
+
+def save_program(path: str, manifest: dict, static_sections: dict, variables: dict,
+                 constants: list) -> None:
+    """Write an artifact from a compiled program's parts (used by graphc's Executable)."""
+    sections = dict(static_sections)
+    for name, value in variables.items():
+        sections[f"variable/{name}"] = array_bytes(value)
+    for k, c in enumerate(constants):
+        sections[f"constant/{k}"] = array_bytes(c)
+    artifact.write(path, manifest, sections)
