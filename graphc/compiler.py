@@ -103,7 +103,8 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     seconds["llvm"] = time.perf_counter() - t0
     sig = Signature(
         inputs=[(n.attrs["name"], n.shape, n.dtype) for n in input_nodes],
-        outputs=[(b.name, b.shape, b.dtype) for b in lowered.outputs],
+        outputs=[(name, b.shape, b.dtype) for name, b in
+                 zip(output_names(outputs, len(lowered.outputs)), lowered.outputs)],
         variables=[(name, graph.variables[name].shape,
                     dtypes.canonical(graph.variables[name].dtype)) for name in lowered.variables])
     native = CpuProgram(native_module.object_code, sig, lowered.memory.arena_bytes,
@@ -131,3 +132,20 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     info = describe_program(optimized, plan, lowered, native_module, structure_of(outputs))
     return Executable(native, rebuild, stats, dumps, device="cpu", module=native_module,
                       info=info)
+
+
+def output_names(outputs, count: int) -> list:
+    """Readable names for the flattened outputs: dict keys, else out0, out1..."""
+    names = []
+
+    def walk(obj, prefix):
+        if isinstance(obj, Tensor):
+            names.append(prefix)
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(v, str(k) if prefix == "out" else f"{prefix}.{k}")
+        else:
+            for k, v in enumerate(obj):
+                walk(v, f"{prefix}{k}" if prefix == "out" else f"{prefix}.{k}")
+    walk(outputs, "out")
+    return names if len(names) == count else [f"out{k}" for k in range(count)]

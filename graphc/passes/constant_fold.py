@@ -13,16 +13,26 @@ from .program import Program, rebuild
 
 MAX_ELEMENTS = 1024
 _NEVER = {"parameter", "variable", "constant", "rng", "all_reduce", "all_gather",
-          "reduce_scatter"}
+          "reduce_scatter", "broadcast_in_dim"}     # broadcasts stay views
+
+
+def _constant_value(node):
+    """The value of a constant, or of a broadcast of one; else None."""
+    if node.op == "constant":
+        return node.attrs["value"]
+    if node.op == "broadcast_in_dim" and node.inputs[0].op == "constant":
+        return lookup(node.op).impl([node.inputs[0].attrs["value"]], node.attrs, node)
+    return None
 
 
 def constant_fold(program: Program, max_elements: int = MAX_ELEMENTS) -> Program:
     def rewrite(builder, node, inputs):
         if node.op in _NEVER or not inputs or node.size > max_elements:
             return None
-        if not all(i.op == "constant" for i in inputs):
+        values = [_constant_value(i) for i in inputs]
+        if any(v is None for v in values):
             return None
-        value = lookup(node.op).impl([i.attrs["value"] for i in inputs], node.attrs, node)
+        value = lookup(node.op).impl(values, node.attrs, node)
         value = np.array(value, copy=True)
         value.setflags(write=False)
         return builder.add("constant", (), {"value": value}, like=node)

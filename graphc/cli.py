@@ -1,0 +1,269 @@
+"""The `graphc` command: dump, viz, info, run, compile and bench.
+
+PATH is an artifact (.gcx) or `file.py:attribute`, where the attribute is an Executable,
+outputs to compile (a Tensor, list or dict), or a function returning either.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from graphc_runtime.artifact import MAGIC
+from graphc_runtime.errors import GraphcError
+
+STAGES = ("graph", "optimized", "fused", "memory", "llvm", "asm")
+
+
+class CliError(Exception):
+    """A usage problem reported as `graphc: error: ...` with exit code 2."""
+
+
+def _is_artifact(path: str) -> bool:
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(len(MAGIC)) == MAGIC or path.endswith(".gcx")
+
+
+def _python_target(spec: str, **compile_options):
+    """Executable for `file.py:attribute`."""
+    if ":" not in spec:
+        raise CliError(f"{spec!r} is neither an artifact nor file.py:attribute")
+    filename, attr = spec.rsplit(":", 1)
+    if not os.path.isfile(filename):
+        raise CliError(f"no such file: {filename}")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(filename)))
+    try:
+        namespace = runpy.run_path(filename, run_name="graphc_target")
+    finally:
+        sys.path.pop(0)
+    if attr not in namespace:
+        raise CliError(f"{filename} has no attribute {attr!r}")
+    import graphc as gc
+    obj = namespace[attr]
+    if callable(obj) and not isinstance(obj, gc.Executable):
+        obj = obj()
+    if isinstance(obj, gc.Executable):
+        if compile_options:
+            raise CliError("--pass needs outputs to compile, not an already compiled Executable")
+        return obj
+    return gc.compile(obj, **compile_options)
+
+
+class Target:
+    """An artifact or a compiled Python target, seen through one interface."""
+
+    def __init__(self, path: str, **compile_options):
+        self.path = path
+        if _is_artifact(path):
+            import graphc_runtime
+            self.model = graphc_runtime.load(path)
+            self.exe = None
+        else:
+            self.exe = _python_target(path, **compile_options)
+            self.model = None
+
+    def dump(self, stage: str) -> str:
+        return (self.model or self.exe).dump(stage)
+
+    def parts(self):
+        """(graph JSON, fusion dict, memory dict, manifest-like info)."""
+        if self.model is not None:
+            m = self.model
+            return (m.graph_json(), json.loads(m._sections["fusion.json"].decode()),
+                    m.manifest.get("memory", {}), m.manifest)
+        info = self.exe._info
+        manifest = dict(info["manifest"], signature=self.exe._native.signature.to_json(),
+                        stats={k: v for k, v in self.exe.stats.items()
+                               if isinstance(v, (int, float, str))})
+        return (info["sections"]["graph.json"].decode(),
+                json.loads(info["sections"]["fusion.json"].decode()), manifest["memory"],
+                manifest)
+
+
+def cmd_dump(args) -> int:
+    if args.pass_name:
+        if _is_artifact(args.path):
+            raise CliError("--pass works on file.py:attribute targets (an artifact holds "
+                           "the final program only)")
+        with tempfile.TemporaryDirectory() as d:
+            Target(args.path, dump_dir=d)
+            files = sorted(os.listdir(d))
+            match = [f for f in files if f.split("-", 1)[1][:-4] == args.pass_name]
+            if not match:
+                names = ", ".join(f.split("-", 1)[1][:-4] for f in files)
+                raise CliError(f"no pass named {args.pass_name!r}; passes: {names}")
+            with open(os.path.join(d, match[0])) as f:
+                sys.stdout.write(f.read())
+        return 0
+    sys.stdout.write(Target(args.path).dump(args.stage).rstrip("\n") + "\n")
+    return 0
+
+
+def cmd_viz(args) -> int:
+    from . import viz
+    graph_json, fusion, memory, manifest = Target(args.path).parts()
+    out = args.output
+    ext = os.path.splitext(out)[1].lower()
+    if args.memory:
+        if ext == ".svg":
+            _write(out, viz.memory_svg(memory))
+        elif ext == ".png":
+            try:
+                viz.memory_png(memory, out)
+            except RuntimeError as e:
+                raise CliError(str(e)) from None
+        else:
+            raise CliError(f"--memory writes .svg or .png, not {ext or 'no extension'}")
+        print(f"wrote {out}")
+        return 0
+    view = viz.ProgramView(graph_json, fusion, memory, manifest.get("graph_name", "graph"))
+    if ext == ".dot":
+        _write(out, viz.to_dot(view))
+    elif ext == ".html":
+        _write(out, viz.to_html(view))
+    elif ext in (".svg", ".png"):
+        dot = shutil.which("dot")
+        if dot is None:
+            raise CliError(f"drawing {ext} needs Graphviz's `dot` program (Debian package "
+                           f"graphviz); write .dot or .html instead")
+        result = subprocess.run([dot, f"-T{ext[1:]}", "-o", out], input=viz.to_dot(view),
+                                text=True, capture_output=True)
+        if result.returncode:
+            raise CliError(f"dot failed: {result.stderr.strip()}")
+    else:
+        raise CliError(f"unknown output format {ext or '(none)'}; use .dot, .svg, .png or .html")
+    print(f"wrote {out}")
+    return 0
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def cmd_info(args) -> int:
+    _, fusion, memory, manifest = Target(args.path).parts()
+    sig = manifest["signature"]
+    lines = [f"graph: {manifest.get('graph_name', '?')}",
+             f"target: {manifest['target'].get('triple')} ({manifest['target'].get('cpu')})",
+             f"graphc version: {manifest.get('graphc_version')}", "inputs:"]
+    lines += [f"  {n}: {d}{list(s)}" for n, s, d in sig["inputs"]] or ["  (none)"]
+    lines.append("outputs:")
+    lines += [f"  {n}: {d}{list(s)}" for n, s, d in sig["outputs"]] or ["  (none)"]
+    lines.append("variables:")
+    lines += [f"  {n}: {d}{list(s)}" for n, s, d in sig["variables"]] or ["  (none)"]
+    lines.append(f"kernels: {len(manifest.get('kernels', []))}")
+    lines.append(f"arena bytes: {manifest['arena_bytes']} (live lower bound "
+                 f"{memory.get('live_bytes_lower_bound')}, naive {memory.get('naive_bytes')})")
+    print("\n".join(lines))
+    return 0
+
+
+def cmd_run(args) -> int:
+    import graphc_runtime
+    model = graphc_runtime.load(args.artifact)
+    feeds = {}
+    for item in args.input or []:
+        if "=" not in item:
+            raise CliError(f"--input takes name=file.npy, got {item!r}")
+        name, filename = item.split("=", 1)
+        try:
+            feeds[name] = np.load(filename, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise CliError(f"cannot read {filename}: {e}") from None
+    result = model(**feeds)
+    flat = _flatten(result)
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+        for name, value in flat:
+            path = os.path.join(args.output_dir, f"{name}.npy")
+            np.save(path, value)
+            print(f"wrote {path} {value.dtype}{list(value.shape)}")
+    else:
+        for name, value in flat:
+            with np.printoptions(threshold=20, edgeitems=3):
+                print(f"{name}: {value.dtype}{list(value.shape)}\n{value}")
+    return 0
+
+
+def _flatten(result, prefix="out"):
+    if isinstance(result, np.ndarray):
+        return [(prefix, result)]
+    if isinstance(result, dict):
+        return [item for k, v in result.items() for item in _flatten(v, str(k))]
+    return [item for k, v in enumerate(result) for item in _flatten(v, f"{prefix}{k}")]
+
+
+def cmd_compile(args) -> int:
+    exe = _python_target(args.target)
+    exe.save(args.output)
+    print(f"wrote {args.output} ({exe.stats['kernels']} kernels, arena "
+          f"{exe.stats['arena_bytes']} bytes)")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.join(here, "bench", "fusion.py")
+    if not os.path.isfile(script):
+        raise CliError("the benchmarks live in the source checkout's bench/ folder, which "
+                       "this installation does not have")
+    return subprocess.call([sys.executable, script] + list(args.rest))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="graphc", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("dump", help="print a graph or artifact at a stage")
+    d.add_argument("path", help="artifact (.gcx) or file.py:attribute")
+    d.add_argument("--stage", choices=STAGES, default="optimized")
+    d.add_argument("--pass", dest="pass_name", help="print the graph after this pass")
+    d.set_defaults(fn=cmd_dump)
+    v = sub.add_parser("viz", help="draw the fused graph or the memory plan")
+    v.add_argument("path")
+    v.add_argument("-o", "--output", required=True, help="out.dot, .svg, .png or .html")
+    v.add_argument("--memory", action="store_true", help="draw the memory plan instead")
+    v.set_defaults(fn=cmd_viz)
+    i = sub.add_parser("info", help="signature, kernels, arena size and target")
+    i.add_argument("path")
+    i.set_defaults(fn=cmd_info)
+    r = sub.add_parser("run", help="run an artifact on .npy inputs")
+    r.add_argument("artifact")
+    r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    r.add_argument("--output-dir", help="write each output as NAME.npy here")
+    r.set_defaults(fn=cmd_run)
+    c = sub.add_parser("compile", help="compile file.py:function into an artifact")
+    c.add_argument("target", help="file.py:function (returns outputs or an Executable)")
+    c.add_argument("-o", "--output", required=True)
+    c.set_defaults(fn=cmd_compile)
+    b = sub.add_parser("bench", help="run the benchmarks (source checkout)")
+    b.add_argument("rest", nargs=argparse.REMAINDER)
+    b.set_defaults(fn=cmd_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except CliError as e:
+        print(f"graphc: error: {e}", file=sys.stderr)
+        return 2
+    except GraphcError as e:
+        print(f"graphc: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
