@@ -92,18 +92,36 @@ def train(name, build, data, epochs: int, batch: int, lr: float, seed: int) -> f
     accuracy = float((pred == yte).mean())
     print(f"[{name}] test accuracy {accuracy:.4f} on {len(yte)} held-out digits "
           f"({epochs} epochs, {elapsed:.1f} s)")
-    return accuracy, step
+    return accuracy, predict
+
+
+def save_artifacts(name: str, predict, x_test, out_dir: str) -> None:
+    """The trained model as an artifact, its drawing, and test inputs to run it on."""
+    import os
+    from graphc import viz
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"digits_{name}.gcx")
+    predict.save(path)
+    np.save(os.path.join(out_dir, "x_test.npy"), x_test)
+    import graphc_runtime
+    model = graphc_runtime.load(path)
+    with open(os.path.join(out_dir, f"digits_{name}.html"), "w") as f:
+        f.write(viz.to_html(viz.view_of_model(model, f"digits_{name}")))
+    print(f"[{name}] saved {path} and {os.path.join(out_dir, f'digits_{name}.html')}")
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="out", help="where to write artifacts ('' for none)")
     args = parser.parse_args(argv)
     data = load_data(args.seed)
     results = {}
     for name, build in (("mlp", mlp), ("cnn", cnn)):
-        results[name], _ = train(name, build, data, args.epochs, 64, 3e-3, args.seed)
+        results[name], predict = train(name, build, data, args.epochs, 64, 3e-3, args.seed)
+        if args.out:
+            save_artifacts(name, predict, data[1][0], args.out)
     return results
 
 

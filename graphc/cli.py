@@ -78,8 +78,7 @@ class Target:
         """(graph JSON, fusion dict, memory dict, manifest-like info)."""
         if self.model is not None:
             m = self.model
-            return (m.graph_json(), json.loads(m._sections["fusion.json"].decode()),
-                    m.manifest.get("memory", {}), m.manifest)
+            return m.graph_json(), m.fusion_plan(), m.manifest.get("memory", {}), m.manifest
         info = self.exe._info
         manifest = dict(info["manifest"], signature=self.exe._native.signature.to_json(),
                         stats={k: v for k, v in self.exe.stats.items()

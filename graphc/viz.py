@@ -50,6 +50,12 @@ class ProgramView:
         return f"%{n['id']} {n['op']}{extra}\\n{self.type_str(n)}"
 
 
+def view_of_model(model, name: str | None = None) -> ProgramView:
+    """A ProgramView of a loaded artifact (graphc_runtime.Model)."""
+    return ProgramView(model.graph_json(), model.fusion_plan(), model.manifest.get("memory", {}),
+                       name or model.manifest.get("graph_name", "graph"))
+
+
 def to_dot(view: ProgramView) -> str:
     """Graphviz DOT: one cluster per fusion group, edges labelled with shapes."""
     lines = [f'digraph "{view.name}" {{', "  rankdir=TB;",

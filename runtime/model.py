@@ -116,7 +116,16 @@ class Model:
         return blob.decode()
 
     def graph_json(self) -> str:
+        """The optimized graph, as graphc.ir.serialize writes it."""
         return self._sections["graph.json"].decode()
+
+    def fusion_plan(self) -> dict:
+        """Fusion groups (kernels) of the program: {"groups": [...], "outputs": [...]}."""
+        import json
+        try:
+            return json.loads(self._sections["fusion.json"].decode())
+        except (KeyError, ValueError):
+            raise ArtifactError("this artifact holds no readable fusion plan") from None
 
     def save(self, path: str) -> None:
         """Write this model, with its current variable values, as a new artifact."""
