@@ -33,7 +33,8 @@ def describe_program(program, plan, lowered, native_module, structure) -> dict:
     }
     sections = {
         "object": bytes(native_module.object_code),
-        "graph.json": graph_dumps(program.graph, program.roots()).encode(),
+        # variable values live in their own sections
+        "graph.json": graph_dumps(program.graph, program.roots(), include_variables=False).encode(),
         "fusion.json": json.dumps({"groups": groups,
                                    "outputs": [o.id for o in program.outputs],
                                    "updates": [[n, v.id] for n, v in program.updates]}).encode(),

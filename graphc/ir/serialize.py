@@ -52,14 +52,15 @@ def _decode(value):
     return value
 
 
-def graph_to_dict(graph: Graph, outputs=None) -> dict:
+def graph_to_dict(graph: Graph, outputs=None, include_variables: bool = True) -> dict:
     return {
         "format": FORMAT, "version": VERSION, "name": graph.name,
         "nodes": [{"id": n.id, "op": n.op, "inputs": [i.id for i in n.inputs],
                    "attrs": {k: _encode(v) for k, v in n.attrs.items()},
                    "shape": list(n.shape), "dtype": n.dtype, "name": n.name, "loc": n.loc}
                   for n in graph.nodes],
-        "variables": {k: encode_array(v) for k, v in graph.variables.items()},
+        "variables": {k: encode_array(v) for k, v in graph.variables.items()}
+        if include_variables else {},
         "outputs": [o.id for o in outputs] if outputs is not None else None,
     }
 
@@ -91,6 +92,10 @@ def graph_from_dict(data: dict):
             if node.name:
                 graph._node_names.add(node.name)
         graph.variables = {k: decode_array(v) for k, v in data["variables"].items()}
+        for n in graph.nodes:
+            if n.op == "variable" and n.attrs["name"] not in graph.variables and \
+                    data["variables"]:
+                raise ArtifactError(f"variable {n.attrs['name']!r} has no value")
         outputs = None if data.get("outputs") is None else [by_id[i] for i in data["outputs"]]
         return graph, outputs
     except ArtifactError:
@@ -99,8 +104,8 @@ def graph_from_dict(data: dict):
         raise ArtifactError(f"malformed graph JSON: {type(e).__name__}: {e}") from None
 
 
-def dumps(graph: Graph, outputs=None) -> str:
-    return json.dumps(graph_to_dict(graph, outputs))
+def dumps(graph: Graph, outputs=None, include_variables: bool = True) -> str:
+    return json.dumps(graph_to_dict(graph, outputs, include_variables))
 
 
 def loads(text: str):
