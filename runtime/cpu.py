@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 
+from . import blas
 from .dtypes import NUMPY, type_str
 from .errors import CompileError, FeedError
 from .feeds import bind_inputs, check_array
@@ -114,6 +115,8 @@ class CpuProgram:
         b = llvm()
         self.signature = signature
         self.object_code = bytes(object_code)
+        blas.require(self.object_code)
+        blas.register(b)
         self.target_machine = host_target_machine(0)
         self.engine = b.create_mcjit_compiler(b.parse_assembly(""), self.target_machine)
         try:

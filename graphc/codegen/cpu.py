@@ -74,6 +74,17 @@ class ModuleBuilder:
             fnty = ir.FunctionType(ty, [ty])
         return ir.Function(self.module, fnty, mangled)
 
+    def gemm(self, dtype: str):
+        """void graphc_[sd]gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb,
+        beta, C, ldc) with 32-bit ints (CBLAS)."""
+        name = "graphc_sgemm" if dtype == "float32" else "graphc_dgemm"
+        if name in self.module.globals:
+            return self.module.globals[name]
+        ty = COMPUTE[dtype]
+        p = ir.PointerType(ty)
+        fnty = ir.FunctionType(VOID, [I32] * 6 + [ty, p, I32, p, I32, ty, p, I32])
+        return ir.Function(self.module, fnty, name)
+
     def libm(self, op: str, ty):
         sym = LIBM[op][0 if ty == F32 else 1]
         if sym in self.module.globals:
@@ -130,6 +141,77 @@ class ModuleBuilder:
         for fn_k, bufs in schedule:
             b.call(fn_k, [pointer(x) for x in bufs])
         b.ret_void()
+
+
+BLAS_MIN_FLOPS = 1 << 15
+
+
+def affine(e: ix.IExpr):
+    """(coefficients by loop variable name, constant) of an affine index, else None."""
+    if isinstance(e, ix.IConst):
+        return {}, e.value
+    if isinstance(e, ix.IVar):
+        return {e.name: 1}, 0
+    if isinstance(e, ix.IAdd):
+        a, b = affine(e.a), affine(e.b)
+        if a is None or b is None:
+            return None
+        coefs = dict(a[0])
+        for name, c in b[0].items():
+            coefs[name] = coefs.get(name, 0) + c
+        return coefs, a[1] + b[1]
+    if isinstance(e, ix.IMul):
+        a = affine(e.a)
+        return None if a is None else ({n: c * e.c for n, c in a[0].items()}, a[1] * e.c)
+    return None
+
+
+def blas_plan(k: "K.DotKernel"):
+    """How to run this dot as BLAS gemm calls (per batch index), or None."""
+    from graphc_runtime import blas
+    if k.out.dtype not in ("float32", "float64") or k.acc_dtype != k.out.dtype:
+        return None
+    real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+    ms, ns, ks = real(k.m_vars), real(k.n_vars), real(k.k_vars)
+    if len(ms) > 1 or len(ns) > 1 or len(ks) > 1 or len(real(k.k_vars)) != len(ks):
+        return None
+    size = lambda vs: vs[0].hi + 1 if vs else 1
+    M, N, Kd = size(ms), size(ns), size(ks)
+    if M * N * Kd < BLAS_MIN_FLOPS or max(M, N, Kd) >= 2 ** 31 or not blas.available():
+        return None
+    plan = {"M": M, "N": N, "K": Kd, "batch_coefs": {}}
+    names = {v.name for v in real(k.batch_vars)}
+    for operand, rows, cols, key in ((k.lhs, ms, ks, "a"), (k.rhs, ks, ns, "b")):
+        if not isinstance(operand, K.Load) or operand.buffer.dtype != k.out.dtype:
+            return None
+        aff = affine(ix.linearize(operand.index, operand.buffer.shape))
+        if aff is None:
+            return None
+        coefs, const = aff
+        if const < 0 or any(c < 0 for c in coefs.values()):
+            return None
+        r = coefs.get(rows[0].name, 0) if rows else 0
+        c = coefs.get(cols[0].name, 0) if cols else 0
+        extra = set(coefs) - names - {v.name for v in rows + cols}
+        if extra:
+            return None
+        nr, nc = (M, Kd) if key == "a" else (Kd, N)
+        if (c == 1 or nc == 1) and (nr == 1 or r >= nc):
+            trans, ld = 111, (r if nr > 1 else max(nc, 1))
+        elif (r == 1 or nr == 1) and (nc == 1 or c >= nr):
+            trans, ld = 112, (c if nc > 1 else max(nr, 1))
+        else:
+            return None
+        plan[f"trans_{key}"], plan[f"ld{key}"], plan[f"{key}_const"] = trans, max(ld, 1), const
+        plan["batch_coefs"][operand.buffer.id] = [(n, coefs[n]) for n in coefs if n in names]
+    if k.lhs.buffer.id == k.rhs.buffer.id:
+        plan["batch_coefs"][k.lhs.buffer.id] = None     # both operands: computed separately
+        la = affine(ix.linearize(k.lhs.index, k.lhs.buffer.shape))[0]
+        lb = affine(ix.linearize(k.rhs.index, k.rhs.buffer.shape))[0]
+        if [(n, la[n]) for n in la if n in names] != [(n, lb[n]) for n in lb if n in names]:
+            return None
+        plan["batch_coefs"][k.lhs.buffer.id] = [(n, la[n]) for n in la if n in names]
+    return plan
 
 
 class Emitter:
@@ -251,6 +333,9 @@ class Emitter:
     def dot(self, k: K.DotKernel) -> None:
         b = self.b
         out = k.out
+        plan = blas_plan(k)
+        if plan is not None:
+            return self.dot_blas(k, plan)
         direct = out.dtype == k.acc_dtype      # accumulate in the output buffer
 
         def zero():
@@ -287,6 +372,41 @@ class Emitter:
                 self.store(out, k.out_index, self.accs[0])
                 self.stores(k.epilogue)
             self.loops(k.batch_vars + k.m_vars + k.n_vars, element)
+
+    def dot_blas(self, k: K.DotKernel, plan) -> None:
+        """C = A @ B through BLAS per batch index, then the epilogue over C."""
+        b = self.b
+        ty = COMPUTE[k.out.dtype]
+        fn = self.mb.gemm(k.out.dtype)
+        i32 = lambda v: ir.Constant(I32, int(v))
+
+        def call():
+            ptrs = []
+            for operand, const in ((k.lhs, plan["a_const"]), (k.rhs, plan["b_const"])):
+                arg, _ = self.args[operand.buffer.id]
+                off = ir.Constant(I64, const)
+                for name, coef in plan["batch_coefs"][operand.buffer.id]:
+                    off = b.add(off, b.mul(self.env[name], ir.Constant(I64, coef)))
+                ptrs.append(b.gep(arg, [off]))
+            out_arg, _ = self.args[k.out.id]
+            c_off = ir.Constant(I64, 0)
+            if k.batch_vars:
+                lin = ix.linearize(k.batch_vars, [v.hi + 1 if isinstance(v, ix.IVar) else 1
+                                                  for v in k.batch_vars])
+                c_off = b.mul(self.index(lin), ir.Constant(I64, plan["M"] * plan["N"]))
+            c_ptr = b.gep(out_arg, [c_off])
+            b.call(fn, [i32(101), i32(plan["trans_a"]), i32(plan["trans_b"]), i32(plan["M"]),
+                        i32(plan["N"]), i32(plan["K"]), ir.Constant(ty, 1.0), ptrs[0],
+                        i32(plan["lda"]), ptrs[1], i32(plan["ldb"]), ir.Constant(ty, 0.0),
+                        c_ptr, i32(plan["N"])])
+
+        self.loops(k.batch_vars, call)
+        if k.epilogue:
+            def epilogue():
+                self.accs[0] = self.load(k.out, k.out_index)
+                self.cache = {}
+                self.stores(k.epilogue)
+            self.loops(k.batch_vars + k.m_vars + k.n_vars, epilogue)
 
     def conv(self, k: K.ConvKernel) -> None:
         b = self.b

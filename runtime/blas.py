@@ -1,0 +1,55 @@
+"""A well-kept BLAS (scipy-openblas32) for large matrix products inside compiled code.
+
+Generated code calls `graphc_sgemm` / `graphc_dgemm` (CBLAS signatures, 32-bit ints);
+`register()` binds those names to the library's functions before native code is loaded.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+
+from .errors import CompileError
+
+SYMBOLS = {"graphc_sgemm": "scipy_cblas_sgemm", "graphc_dgemm": "scipy_cblas_dgemm"}
+_lock = threading.Lock()
+_lib = None
+
+
+def library():
+    """The loaded OpenBLAS (ctypes.CDLL), or None when scipy-openblas32 is missing."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            try:
+                import scipy_openblas32
+            except ImportError:
+                return None
+            directory = scipy_openblas32.get_lib_dir()
+            names = [f for f in os.listdir(directory) if f.startswith("lib") and ".so" in f
+                     or f.endswith((".dylib", ".dll"))]
+            if not names:
+                return None
+            _lib = ctypes.CDLL(os.path.join(directory, sorted(names)[0]),
+                               mode=getattr(ctypes, "RTLD_GLOBAL", 0))
+        return _lib
+
+
+def available() -> bool:
+    return library() is not None
+
+
+def register(llvm_binding) -> None:
+    """Make the graphc_* BLAS names resolvable by the JIT linker."""
+    lib = library()
+    if lib is None:
+        return
+    for ours, theirs in SYMBOLS.items():
+        address = ctypes.cast(getattr(lib, theirs), ctypes.c_void_p).value
+        llvm_binding.add_symbol(ours, address)
+
+
+def require(object_code: bytes) -> None:
+    """CompileError if this native code calls BLAS and no BLAS is installed."""
+    if any(name.encode() in object_code for name in SYMBOLS) and not available():
+        raise CompileError("this program calls BLAS (scipy-openblas32), which is not installed")
