@@ -41,9 +41,15 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
                           loc)
     if device not in ("cpu", "cpu:0"):
         raise DeviceError(f"unknown device {device!r}; available: cpu", loc)
-    num_threads = options.get("num_threads") or int(os.environ.get("GRAPHC_NUM_THREADS", 0) or
-                                                    (os.cpu_count() or 1))
-    if not isinstance(num_threads, int) or num_threads < 1:
+    num_threads = options.get("num_threads")
+    if num_threads is None:
+        env = os.environ.get("GRAPHC_NUM_THREADS", "")
+        try:
+            num_threads = int(env) if env else (os.cpu_count() or 1)
+        except ValueError:
+            raise CompileError(f"GRAPHC_NUM_THREADS must be a positive int, got {env!r}",
+                               loc) from None
+    if not isinstance(num_threads, int) or isinstance(num_threads, bool) or num_threads < 1:
         raise CompileError(f"num_threads must be a positive int, got {num_threads!r}", loc)
 
     flat, rebuild = flatten_outputs(outputs)
@@ -95,7 +101,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     seconds["schedule_and_memory"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    llvm_ir = cpu_codegen.emit_module(graph.name, lowered)
+    llvm_ir = cpu_codegen.emit_module(graph.name, lowered, num_threads)
     seconds["codegen"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -55,7 +55,8 @@ class ModuleBuilder:
             self.module.triple = triple
         if data_layout:
             self.module.data_layout = data_layout
-        self.kernels: list[tuple[ir.Function, list[K.Buffer]]] = []
+        self.kernels: list = []       # (function, buffers, split variable, trampoline)
+        self.threads = 1
 
     # -- helpers --------------------------------------------------------------------------
     def intrinsic(self, name, types):
@@ -94,9 +95,11 @@ class ModuleBuilder:
         return fn
 
     # -- kernels --------------------------------------------------------------------------
-    def add_kernel(self, kernel, aliased: set) -> None:
+    def add_kernel(self, kernel, aliased: set, split: "ix.IVar | None" = None) -> None:
         """Emit `kernel` as an internal function; `aliased` holds ids of buffers that may
-        share memory with another buffer of this kernel (no noalias for them)."""
+        share memory with another buffer of this kernel (no noalias for them). With a
+        `split` loop variable the function takes (begin, end) for it as two last i64
+        arguments, so that threads can run disjoint ranges."""
         buffers = {}
         for load in K.kernel_loads(kernel):
             buffers[load.buffer.id] = load.buffer
@@ -106,8 +109,10 @@ class ModuleBuilder:
             for s in kernel.copy.stores:
                 buffers[s.buffer.id] = s.buffer
         bufs = sorted(buffers.values(), key=lambda b: b.id)
-        fnty = ir.FunctionType(VOID, [ir.PointerType(STORAGE[b.dtype]) for b in bufs])
-        fn = ir.Function(self.module, fnty, kernel.name)
+        params = [ir.PointerType(STORAGE[b.dtype]) for b in bufs]
+        if split is not None:
+            params += [I64, I64]
+        fn = ir.Function(self.module, ir.FunctionType(VOID, params), kernel.name)
         fn.linkage = "internal"
         for arg, b in zip(fn.args, bufs):
             if b.id not in aliased:
@@ -115,9 +120,25 @@ class ModuleBuilder:
         entry = fn.append_basic_block("entry")
         builder = ir.IRBuilder(entry)
         em = Emitter(self, builder, {b.id: (arg, b) for arg, b in zip(fn.args, bufs)}, fn)
+        if split is not None:
+            em.bounds[split.name] = (fn.args[-2], fn.args[-1])
         em.kernel(kernel)
         builder.ret_void()
-        self.kernels.append((fn, bufs))
+        trampoline = self._trampoline(fn, bufs) if split is not None else None
+        self.kernels.append((fn, bufs, split, trampoline))
+
+    def _trampoline(self, fn, bufs):
+        """ptr kN_thread(ptr ctx): ctx holds the buffer addresses, begin and end (i64)."""
+        i8p = ir.PointerType(I8)
+        tr = ir.Function(self.module, ir.FunctionType(i8p, [i8p]), fn.name + "_thread")
+        tr.linkage = "internal"
+        b = ir.IRBuilder(tr.append_basic_block("entry"))
+        ctx = b.bitcast(tr.args[0], ir.PointerType(I64))
+        words = [b.load(b.gep(ctx, [ir.Constant(I64, k)])) for k in range(len(bufs) + 2)]
+        args = [b.inttoptr(w, ir.PointerType(STORAGE[x.dtype])) for w, x in zip(words, bufs)]
+        b.call(fn, args + words[-2:])
+        b.ret(ir.Constant(i8p, None))
+        return tr
 
     def add_main(self, schedule, slot_of, arena_offset_of) -> None:
         """graphc_main(i8** table): binds buffer pointers and calls each kernel in order."""
@@ -138,9 +159,46 @@ class ModuleBuilder:
             cache[buf.id] = b.bitcast(raw, ir.PointerType(STORAGE[buf.dtype]))
             return cache[buf.id]
 
-        for fn_k, bufs in schedule:
-            b.call(fn_k, [pointer(x) for x in bufs])
+        for fn_k, bufs, split, trampoline in schedule:
+            ptrs = [pointer(x) for x in bufs]
+            if split is None:
+                b.call(fn_k, ptrs)
+            else:
+                self._parallel_call(b, fn_k, ptrs, split, trampoline)
         b.ret_void()
+
+    def _parallel_call(self, b, fn_k, ptrs, split, trampoline) -> None:
+        """Run fn_k over `split`'s range in `threads` contiguous chunks: chunks 1.. on
+        new threads (pthreads), chunk 0 here, then join. A thread that cannot be started
+        runs its chunk here instead; every element is computed by exactly one call, so
+        results do not depend on the thread count."""
+        i8p = ir.PointerType(I8)
+        create = self.module.globals.get("pthread_create") or ir.Function(
+            self.module, ir.FunctionType(I32, [ir.PointerType(I64), i8p, i8p, i8p]),
+            "pthread_create")
+        join = self.module.globals.get("pthread_join") or ir.Function(
+            self.module, ir.FunctionType(I32, [I64, ir.PointerType(i8p)]), "pthread_join")
+        extent = split.hi + 1
+        threads = min(self.threads, extent)
+        bounds = [extent * t // threads for t in range(threads + 1)]
+        started = []
+        for t in range(1, threads):
+            ctx = b.alloca(I64, size=ir.Constant(I64, len(ptrs) + 2))
+            words = [b.ptrtoint(p, I64) for p in ptrs] + [ir.Constant(I64, bounds[t]),
+                                                          ir.Constant(I64, bounds[t + 1])]
+            for k, w in enumerate(words):
+                b.store(w, b.gep(ctx, [ir.Constant(I64, k)]))
+            tid = b.alloca(I64)
+            rc = b.call(create, [tid, ir.Constant(i8p, None), b.bitcast(trampoline, i8p),
+                                 b.bitcast(ctx, i8p)])
+            failed = b.icmp_signed("!=", rc, ir.Constant(I32, 0))
+            with b.if_then(failed):
+                b.call(fn_k, ptrs + [ir.Constant(I64, bounds[t]), ir.Constant(I64, bounds[t + 1])])
+            started.append((tid, failed))
+        b.call(fn_k, ptrs + [ir.Constant(I64, bounds[0]), ir.Constant(I64, bounds[1])])
+        for tid, failed in started:
+            with b.if_then(b.not_(failed)):
+                b.call(join, [b.load(tid), ir.Constant(ir.PointerType(i8p), None)])
 
 
 BLAS_MIN_FLOPS = 1 << 15
@@ -220,6 +278,7 @@ class Emitter:
     def __init__(self, mb: ModuleBuilder, builder: ir.IRBuilder, args, fn):
         self.mb, self.b, self.args, self.fn = mb, builder, args, fn
         self.env: dict[str, ir.Value] = {}
+        self.bounds: dict[str, tuple] = {}    # loop variable -> (begin, end) arguments
         self.accs: dict[int, ir.Value] = {}
         self.cache: dict = {}
         self.stash: dict = {}          # expr id -> row scratch holding its values
@@ -246,8 +305,9 @@ class Emitter:
         b.branch(head)
         b.position_at_end(head)
         i = b.phi(I64, v.name)
-        i.add_incoming(ir.Constant(I64, 0), pre)
-        b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, v.hi + 1)), loop, done)
+        begin, end = self.bounds.get(v.name, (ir.Constant(I64, 0), ir.Constant(I64, v.hi + 1)))
+        i.add_incoming(begin, pre)
+        b.cbranch(b.icmp_signed("<", i, end), loop, done)
         b.position_at_end(loop)
         self.env[v.name] = i
         saved_cache = dict(self.cache)
@@ -853,17 +913,56 @@ class Emitter:
         return self.round_to(out, "float32", dtype) if dtype in ("float16", "bfloat16") else out
 
 
-def emit_module(name: str, lowered) -> str:
+PARALLEL_MIN_WORK = 1 << 16      # elements a kernel must touch before threads pay off
+
+
+def split_var(kern, threads: int):
+    """The outer loop variable whose range threads share, or None (run on one thread)."""
+    if threads < 2:
+        return None
+    if isinstance(kern, K.LoopKernel):
+        outer, work = kern.loop_vars, _extent(kern.loop_vars)
+    elif isinstance(kern, K.RowKernel):
+        outer = kern.kept_vars
+        work = _extent(kern.kept_vars) * max(_extent(kern.reduced_vars), 1) * \
+            (len(kern.reductions) + 1)
+    elif isinstance(kern, K.DotKernel):
+        if blas_plan(kern) is not None:
+            return None                   # BLAS runs its own threads
+        outer = kern.batch_vars + kern.m_vars
+        work = _extent(outer) * _extent(kern.n_vars) * _extent(kern.k_vars)
+    elif isinstance(kern, K.ConvKernel):
+        outer, work = kern.out_vars, _extent(kern.out_vars) * _extent(kern.red_vars)
+    else:
+        return None
+    if work < PARALLEL_MIN_WORK:
+        return None
+    for v in outer:
+        if isinstance(v, ix.IVar) and v.hi + 1 >= threads:
+            return v
+    return None
+
+
+def _extent(vars_) -> int:
+    n = 1
+    for v in vars_:
+        if isinstance(v, ix.IVar):
+            n *= v.hi + 1
+    return n
+
+
+def emit_module(name: str, lowered, threads: int = 1) -> str:
     """LLVM IR text of the whole program: its kernels and graphc_main."""
     from graphc_runtime.cpu import llvm
     b = llvm()
     triple = b.get_process_triple()
     mb = ModuleBuilder(name, triple=triple)
+    mb.threads = threads
     offsets = lowered.memory.offsets
     fns = []
     for kern in lowered.kernels:
         aliased = _aliased_buffers(kern, offsets)
-        mb.add_kernel(kern, aliased)
+        mb.add_kernel(kern, aliased, split_var(kern, threads))
         fns.append(mb.kernels[-1])
     mb.add_main(fns, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
     return str(mb.module)

@@ -1,0 +1,52 @@
+"""Multithreaded kernels: the same bits for any thread count."""
+import numpy as np
+import pytest
+
+import graphc as gc
+
+
+def build():
+    g = gc.Graph("threads")
+    with g:
+        x = gc.placeholder((300, 257), name="x")
+        w = gc.placeholder((257, 64), name="w")
+        k = gc.placeholder((8, 3, 3, 3), name="k")
+        img = gc.placeholder((16, 3, 20, 20), name="img")
+        outs = [gc.softmax(x, axis=1), gc.nn.layer_norm(x, gc.ones(257), gc.zeros(257)),
+                x.sum(axis=1), x.sum(axis=0), x.max(), gc.tanh(x) * 3 + x, x @ w,
+                gc.nn.conv2d(img, k, padding=1), gc.exp(x).sum(axis=1) / x.mean(axis=1),
+                bind_int(x)]
+    return g, outs
+
+
+def bind_int(x):
+    return gc.cast(x * 100, "int32").sum(axis=1)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_results_are_bitwise_identical_for_any_thread_count(threads):
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((300, 257)).astype(np.float32),
+             "w": rng.standard_normal((257, 64)).astype(np.float32),
+             "k": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
+             "img": rng.standard_normal((16, 3, 20, 20)).astype(np.float32)}
+    g, outs = build()
+    with g:
+        one = gc.compile(outs, num_threads=1)(**feeds)
+        many_exe = gc.compile(outs, num_threads=threads)
+        many = many_exe(**feeds)
+    assert many_exe.stats["num_threads"] == threads
+    for a, b in zip(one, many):
+        np.testing.assert_array_equal(a, b)
+    assert "pthread_create" in many_exe.dump("llvm")
+
+
+def test_thread_count_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GRAPHC_NUM_THREADS", "3")
+    with gc.Graph():
+        x = gc.placeholder((4,), name="x")
+        assert gc.compile(x * 2).stats["num_threads"] == 3
+    with gc.Graph():
+        x = gc.placeholder((4,), name="x")
+        with pytest.raises(gc.CompileError, match="num_threads must be a positive int"):
+            gc.compile(x * 2, num_threads=0)
