@@ -22,6 +22,10 @@ class Executable:
     def __call__(self, *args, **kwargs):
         return self._rebuild(self._native.run(args, kwargs))
 
+    def __repr__(self) -> str:
+        return (f"<Executable {self.device}: inputs {self.input_names}, "
+                f"{self.stats['kernels']} kernels>")
+
     @property
     def variables(self) -> dict:
         """Current values of the variables (live arrays; updated in place by each call)."""

@@ -167,6 +167,31 @@ class ModuleBuilder:
                 self._parallel_call(b, fn_k, ptrs, split, trampoline)
         b.ret_void()
 
+    def add_entry(self, slots: int, objects: int) -> None:
+        """graphc_entry(ptr fixed, ptr obj_1, ..., ptr obj_n): the fast call path.
+
+        `fixed` is a table with the arena, variables and constants filled in; obj_k are
+        numpy arrays (PyObject*) for the inputs and outputs, whose data pointer the
+        wrapper reads from numpy's array struct (the field right after the object
+        header, NUMPY_DATA_OFFSET bytes in; the runtime checks this before using it)."""
+        i8p = ir.PointerType(I8)
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [ir.PointerType(i8p)] +
+                                                      [i8p] * objects), "graphc_entry")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        table = b.alloca(i8p, size=ir.Constant(I64, slots))
+        fixed = fn.args[0]
+        for k in range(slots):
+            if 1 <= k <= objects:
+                obj = fn.args[k]
+                field = b.bitcast(b.gep(obj, [ir.Constant(I64, NUMPY_DATA_OFFSET)]),
+                                  ir.PointerType(i8p))
+                value = b.load(field)
+            else:
+                value = b.load(b.gep(fixed, [ir.Constant(I64, k)]))
+            b.store(value, b.gep(table, [ir.Constant(I64, k)]))
+        b.call(self.module.globals["graphc_main"], [table])
+        b.ret_void()
+
     def _parallel_call(self, b, fn_k, ptrs, split, trampoline) -> None:
         """Run fn_k over `split`'s range in `threads` contiguous chunks: chunks 1.. on
         new threads (pthreads), chunk 0 here, then join. A thread that cannot be started
@@ -202,6 +227,7 @@ class ModuleBuilder:
 
 
 BLAS_MIN_FLOPS = 1 << 15
+NUMPY_DATA_OFFSET = 16     # PyArrayObject: PyObject_HEAD (refcount, type), then data
 
 
 def affine(e: ix.IExpr):
@@ -965,6 +991,7 @@ def emit_module(name: str, lowered, threads: int = 1) -> str:
         mb.add_kernel(kern, aliased, split_var(kern, threads))
         fns.append(mb.kernels[-1])
     mb.add_main(fns, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
+    mb.add_entry(1 + len(lowered.slots), len(lowered.inputs) + len(lowered.outputs))
     return str(mb.module)
 
 
