@@ -24,7 +24,8 @@ KNOWN_OPTIONS = {"dump_dir", "fuse", "opt_level", "num_threads"}
 def default_pipeline():
     """The graph passes, in order: name and function."""
     return [("simplify", passes.simplify), ("constant_fold", passes.constant_fold),
-            ("cse", passes.cse), ("simplify_again", passes.simplify), ("dce", passes.dce)]
+            ("cse", passes.cse), ("conv_to_gemm", passes.conv_to_gemm),
+            ("simplify_again", passes.simplify), ("dce", passes.dce)]
 
 
 def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) -> Executable:  # noqa: A001

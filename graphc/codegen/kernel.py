@@ -282,6 +282,7 @@ class ExprBuilder:
         return Prim(node.dtype, "select", (cond, inner, Const(node.dtype, a["value"])))
 
     def _concatenate(self, node, index):
+        """A balanced tree of selects on the concatenated dimension's index."""
         dim = node.attrs["dimension"]
         parts, offset = [], 0
         for x in node.inputs:
@@ -289,12 +290,16 @@ class ExprBuilder:
             if n:
                 j = list(index)
                 j[dim] = ix.clamp(ix.add(index[dim], ix.const(-offset)), 0, n - 1)
-                parts.append((offset, offset + n, self.value(x, j)))
+                parts.append((offset, self.value(x, j)))
             offset += n
-        out = parts[-1][2]
-        for lo, hi, val in reversed(parts[:-1]):
-            out = Prim(node.dtype, "select", (InRange("bool", index[dim], lo, hi), val, out))
-        return out
+
+        def tree(lo, hi):
+            if hi - lo == 1:
+                return parts[lo][1]
+            mid = (lo + hi) // 2
+            return Prim(node.dtype, "select", (InRange("bool", index[dim], 0, parts[mid][0]),
+                                               tree(lo, mid), tree(mid, hi)))
+        return tree(0, len(parts))
 
     def _gather(self, node, index):
         operand, indices = node.inputs
