@@ -98,3 +98,26 @@ def test_compile_dump_dir(graph, tmp_path):
     gc.compile(gc.exp(x) + 0.0, dump_dir=str(tmp_path))
     names = sorted(f.name for f in tmp_path.iterdir())
     assert names[0] == "00-input.txt" and any("cse" in n for n in names)
+
+
+def test_conv_to_gemm_rewrites_large_convolutions(graph):
+    from graphc.passes import conv_to_gemm
+    from graphc.api import bind
+    x = gc.placeholder((8, 3, 32, 32), name="x")
+    w = gc.placeholder((16, 3, 3, 3), name="w")
+    y = bind("conv", x, w, window_strides=(2, 1), padding=((1, 0), (1, 1)), lhs_dilation=(1, 1),
+             rhs_dilation=(1, 2), feature_group_count=1)
+    p = program_of([y * 1.0])
+    rewritten = conv_to_gemm(p)
+    assert "conv" not in ops(rewritten) and "dot_general" in ops(rewritten)
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((8, 3, 32, 32)).astype(np.float32),
+             "w": rng.standard_normal((16, 3, 3, 3)).astype(np.float32)}
+    from graphc.ir.interpreter import run
+    a, = run(p.graph, p.outputs, feeds)
+    b, = run(rewritten.graph, rewritten.outputs, feeds)
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    small = bind("conv", gc.placeholder((1, 1, 4, 4), name="s"), gc.placeholder((1, 1, 2, 2), name="k"),
+                 window_strides=(1, 1), padding=((0, 0), (0, 0)), lhs_dilation=(1, 1),
+                 rhs_dilation=(1, 1), feature_group_count=1)
+    assert "conv" in ops(conv_to_gemm(program_of([small])))
