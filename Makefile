@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test clean
+.PHONY: demo test bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest tests
+
+# benchmarks: graphc against numpy, and jax / torch (CPU builds) installed by the bench extra
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(PY) -m bench
 
 clean:
 	rm -rf $(VENV) build *.egg-info
