@@ -49,6 +49,7 @@ def register(llvm_binding) -> None:
         llvm_binding.add_symbol(ours, address)
 
 
+
 def require(object_code: bytes) -> None:
     """CompileError if this native code calls BLAS and no BLAS is installed."""
     if any(name.encode() in object_code for name in SYMBOLS) and not available():

@@ -10,6 +10,7 @@ reference does); bool is stored as one byte.
 from __future__ import annotations
 
 import math
+import os
 
 import llvmlite.ir as ir
 
@@ -113,7 +114,8 @@ class ModuleBuilder:
         if split is not None:
             params += [I64, I64]
         fn = ir.Function(self.module, ir.FunctionType(VOID, params), kernel.name)
-        fn.linkage = "internal"
+        if not os.environ.get("GRAPHC_EXPORT_KERNELS"):      # profiling: keep symbols
+            fn.linkage = "internal"
         for arg, b in zip(fn.args, bufs):
             if b.id not in aliased:
                 arg.add_attribute("noalias")
@@ -480,8 +482,9 @@ class Emitter:
                 lin = ix.linearize(k.batch_vars, [v.hi + 1 if isinstance(v, ix.IVar) else 1
                                                   for v in k.batch_vars])
                 c_off = b.mul(self.index(lin), ir.Constant(I64, plan["M"] * plan["N"]))
+            rows = i32(plan["M"])
             c_ptr = b.gep(out_arg, [c_off])
-            b.call(fn, [i32(101), i32(plan["trans_a"]), i32(plan["trans_b"]), i32(plan["M"]),
+            b.call(fn, [i32(101), i32(plan["trans_a"]), i32(plan["trans_b"]), rows,
                         i32(plan["N"]), i32(plan["K"]), ir.Constant(ty, 1.0), ptrs[0],
                         i32(plan["lda"]), ptrs[1], i32(plan["ldb"]), ir.Constant(ty, 0.0),
                         c_ptr, i32(plan["N"])])
@@ -939,7 +942,9 @@ class Emitter:
         return self.round_to(out, "float32", dtype) if dtype in ("float16", "bfloat16") else out
 
 
-PARALLEL_MIN_WORK = 1 << 16      # elements a kernel must touch before threads pay off
+PARALLEL_MIN_WORK = 1 << 20      # elements a kernel must touch before threads pay off
+# (starting and joining a thread costs tens of microseconds, and BLAS calls keep their
+# worker threads spinning for a while, so small kernels run on the calling thread)
 
 
 def split_var(kern, threads: int):
@@ -953,10 +958,11 @@ def split_var(kern, threads: int):
         work = _extent(kern.kept_vars) * max(_extent(kern.reduced_vars), 1) * \
             (len(kern.reductions) + 1)
     elif isinstance(kern, K.DotKernel):
+        work = _extent(kern.batch_vars + kern.m_vars) * _extent(kern.n_vars) * \
+            _extent(kern.k_vars)
         if blas_plan(kern) is not None:
-            return None                   # BLAS runs its own threads
+            return None                   # OpenBLAS runs its own threads
         outer = kern.batch_vars + kern.m_vars
-        work = _extent(outer) * _extent(kern.n_vars) * _extent(kern.k_vars)
     elif isinstance(kern, K.ConvKernel):
         outer, work = kern.out_vars, _extent(kern.out_vars) * _extent(kern.red_vars)
     else:

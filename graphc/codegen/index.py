@@ -84,7 +84,40 @@ def add(a: IExpr, b: IExpr) -> IExpr:
         return a
     if isinstance(a, IConst):
         a, b = b, a
+    if isinstance(a, IAdd) or isinstance(b, IAdd) or isinstance(b, IMod):
+        terms = _recombine(_terms(a) + _terms(b))
+        if len(terms) < len(_terms(a)) + len(_terms(b)):
+            return _sum(terms)
     return IAdd(a.lo + b.lo, a.hi + b.hi, a, b)
+
+
+def _divided(e: IExpr):
+    """(x, c) with e == x // c (c == 1 for a plain expression)."""
+    return (e.a, e.c) if isinstance(e, IDiv) else (e, 1)
+
+
+def _recombine(terms: list) -> list:
+    """(x // (c*d)) * d + (x // c) % d  ->  x // c: undo a reshape's split of an index
+    (x // 1 is x), so that merging split dimensions back gives affine indices."""
+    changed = True
+    while changed:
+        changed = False
+        for i, t in enumerate(terms):
+            if not (isinstance(t, IMul) and isinstance(t.a, IDiv)):
+                continue
+            x, c1 = t.a.a, t.a.c
+            for j, u in enumerate(terms):
+                if j == i or not isinstance(u, IMod) or u.c != t.c or x.lo < 0:
+                    continue
+                y, c2 = _divided(u.a)
+                if y == x and c1 == c2 * t.c:
+                    merged = floordiv(x, c2)
+                    terms = [w for k, w in enumerate(terms) if k not in (i, j)] + [merged]
+                    changed = True
+                    break
+            if changed:
+                break
+    return terms
 
 
 def mul(a: IExpr, c: int) -> IExpr:

@@ -1,9 +1,12 @@
-"""Rewrite large convolutions as im2col + matrix product (which then runs on BLAS).
+"""Rewrite large convolutions as patch matrices + one matrix product (run on BLAS).
 
-conv(x, w) with one feature group and no input dilation becomes: pad x, take one strided
-slice per window offset, lay the patches out as a (N*Ho*Wo, C*kh*kw) matrix (one fused
-loop kernel writes it), multiply by w viewed as (O, C*kh*kw), and transpose the product
-back to (N, O, Ho, Wo). Small convolutions keep the direct loop kernel.
+conv(x, w) with one feature group and no input dilation becomes: pad x, take strided
+slices, lay them out as a matrix (one fused loop kernel writes it), multiply, and
+transpose the product back to (N, O, *out). Two layouts, whichever needs fewer slices:
+- per window offset (im2col): patches (N*out, C*window) @ w(O, C*window)^T;
+- per output position (for large windows over small outputs, as in a kernel gradient):
+  patches (out*N, C*window) @ w(O, C*window)^T, one slice per output position.
+Small convolutions keep the direct loop kernel.
 """
 from __future__ import annotations
 
@@ -54,6 +57,40 @@ def _im2col(b: Builder, node, x, w):
                  like=node)
 
 
+def _per_output_position(b: Builder, node, x, w):
+    a = node.attrs
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    window = w.shape[2:]
+    out_sp = node.shape[2:]
+    nsp = len(window)
+    low = (0, 0) + tuple(lo for lo, _ in a["padding"])
+    high = (0, 0) + tuple(hi for _, hi in a["padding"])
+    xp = x
+    if any(low) or any(high):
+        xp = b.add("pad", (x,), {"low": low, "high": high, "interior": (0,) * x.ndim,
+                                 "value": 0.0})
+    q = int(np.prod(window, dtype=np.int64))
+    slabs = []
+    for pos in itertools.product(*[range(m) for m in out_sp]):
+        start = (0, 0) + tuple(p * s for p, s in zip(pos, a["window_strides"]))
+        limit = (n, c) + tuple(st + (k - 1) * d + 1 for st, k, d in
+                               zip(start[2:], window, a["rhs_dilation"]))
+        sl = b.add("slice", (xp,), {"start_indices": start, "limit_indices": limit,
+                                    "strides": (1, 1) + tuple(a["rhs_dilation"])})
+        slabs.append(b.add("reshape", (sl,), {"new_sizes": (1, n, c * q)}))
+    positions = len(slabs)
+    stacked = slabs[0] if positions == 1 else b.add("concatenate", tuple(slabs),
+                                                    {"dimension": 0})
+    patches = b.add("reshape", (stacked,), {"new_sizes": (positions * n, c * q)})
+    wm = b.add("reshape", (w,), {"new_sizes": (o, c * q)})
+    prod = b.add("dot_general", (patches, wm), {"lhs_contracting": (1,), "rhs_contracting": (1,),
+                                                "lhs_batch": (), "rhs_batch": ()})
+    prod = b.add("reshape", (prod,), {"new_sizes": (positions, n, o)})
+    prod = b.add("transpose", (prod,), {"permutation": (1, 2, 0)})
+    return b.add("reshape", (prod,), {"new_sizes": node.shape}, like=node)
+
+
 def conv_to_gemm(program: Program) -> Program:
     def rewrite(builder, node, inputs):
         if node.op != "conv":
@@ -68,8 +105,11 @@ def conv_to_gemm(program: Program) -> Program:
         patch_bytes = node.size // node.shape[1] * int(np.prod(w.shape[1:])) * \
             x.nbytes // max(x.size, 1)
         window = int(np.prod(w.shape[2:], dtype=np.int64))
-        if flops < MIN_FLOPS or patch_bytes > MAX_PATCH_BYTES or window > MAX_WINDOW:
+        positions = int(np.prod(node.shape[2:], dtype=np.int64))
+        if flops < MIN_FLOPS or patch_bytes > MAX_PATCH_BYTES or min(window, positions) > MAX_WINDOW:
             return None
-        return _im2col(builder, node, x, w)
+        if window <= positions:
+            return _im2col(builder, node, x, w)
+        return _per_output_position(builder, node, x, w)
 
     return rebuild(program, rewrite)

@@ -121,11 +121,15 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
             materialized.add(n.id)
             decisions.append(f"materialize %{n.id} ({n.op}): operand of a dot/conv/scatter")
             continue
-        if len(us) > 1 or any(u.size > n.size for u in us):
-            # a per-row value (the shape of a reduction it depends on) is computed once
-            # per row inside a row kernel, so broadcasting it costs nothing extra
-            amplification = len(us) if n.size in row_shapes[n.id] else \
-                sum(max(u.size, 1) for u in us) / max(n.size, 1)
+        broadcasts = any(u.op == "broadcast_in_dim" and u.size > n.size for u in us)
+        if len(us) > 1 or broadcasts:
+            # recomputation per consumer element: broadcasts repeat each value, other
+            # consumers (elementwise, views, concatenate, reductions) read it once; a
+            # per-row value (the shape of a reduction it depends on) is computed once per
+            # row inside a row kernel
+            amplification = len(us) if n.size in row_shapes[n.id] else sum(
+                max(u.size, 1) / max(n.size, 1) if u.op == "broadcast_in_dim" else 1
+                for u in us)
             if cost[n.id] * amplification > DUPLICATION_LIMIT * max(1, len(us) // 2 + 1) \
                     and cost[n.id] > 0:
                 materialized.add(n.id)
