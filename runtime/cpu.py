@@ -7,6 +7,7 @@ lock (variables are updated in place), so an executable is safe to share between
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 
 import numpy as np
@@ -169,6 +170,10 @@ class CpuProgram:
             k += 1
         self._fixed_address = ctypes.addressof(self._fixed)
         self._names = [e[0] for e in signature.inputs]
+        # recycle only large results: small ones are cheap to allocate
+        self._recycle = sum(int(np.prod(s)) * NUMPY[d].itemsize
+                            for _, s, d in signature.outputs) >= (1 << 20)
+        self._recycled = [None] * len(signature.outputs)
         self._inputs = [(name, shape, NUMPY[d], d, type_str(shape, d))
                         for name, shape, d in signature.inputs]
         self._outputs = [(shape, NUMPY[d]) for _, shape, d in signature.outputs]
@@ -192,9 +197,24 @@ class CpuProgram:
                     or not value.flags.c_contiguous:
                 value = np.ascontiguousarray(check_array(name, value, shape, npd, dname, tstr))
             arrays.append(value)
-        outs = [np.empty(shape, npd) for shape, npd in self._outputs]
         with self.lock:
+            outs = self._fresh_outputs()
             self._entry(self._fixed_address, *arrays, *outs)
+        return outs
+
+    def _fresh_outputs(self) -> list:
+        """Arrays for this call's results. An array returned by an earlier call that
+        nobody references any more (only this cache holds it) is reused: large outputs
+        then skip the page faults of new memory. Callers always get arrays no one else
+        can see."""
+        outs = []
+        for k, (shape, npd) in enumerate(self._outputs):
+            old = self._recycled[k]
+            if old is not None and sys.getrefcount(old) == 3:   # cache list, `old`, arg
+                outs.append(old)
+            else:
+                outs.append(np.empty(shape, npd))
+        self._recycled = outs if self._recycle else [None] * len(outs)
         return outs
 
     def _run(self, values: list) -> list:

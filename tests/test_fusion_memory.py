@@ -251,3 +251,23 @@ def test_assigning_variables_copies_in_place_with_checks(graph):
         exe.variables["w"] = np.zeros(4, np.float32)
     with pytest.raises(KeyError):
         exe.variables["nope"] = 1
+
+
+def test_large_results_are_recycled_only_when_nobody_holds_them(graph):
+    x = gc.placeholder((512, 1024), name="x")
+    exe = gc.compile(x * 2)
+    a = np.ones((512, 1024), np.float32)
+    first = exe(a)
+    second = exe(a * 3)
+    assert second is not first and not np.shares_memory(first, second)
+    np.testing.assert_array_equal(first, 2)            # untouched by the second call
+    view = second[:4]
+    del second
+    third = exe(a * 5)
+    assert not np.shares_memory(third, view)            # a view keeps its base alive
+    np.testing.assert_array_equal(view, 6)
+    address = third.ctypes.data
+    del third
+    fourth = exe(a * 7)
+    assert fourth.ctypes.data == address                # dropped result reused
+    np.testing.assert_array_equal(fourth, 14)
