@@ -106,7 +106,10 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
             pure_view[n.id] = True
             cost[n.id] = 0
             continue
-        pure_view[n.id] = n.op in VIEW_OPS and all(pure_view[i.id] for i in n.inputs)
+        # a reversed view has negative strides, which BLAS cannot take: such dot
+        # operands are materialized (they are small next to the product)
+        pure_view[n.id] = n.op in VIEW_OPS and n.op != "reverse" and \
+            all(pure_view[i.id] for i in n.inputs)
         cost[n.id] = _op_cost(n) + sum(cost[i.id] for i in n.inputs if i.id not in materialized)
         if not fuse or n.id in roots:
             materialized.add(n.id)
