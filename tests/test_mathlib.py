@@ -1,4 +1,4 @@
-"""The vectorized float32 math (exp, log, tanh, sigmoid) against float64 numpy, in ulps,
+"""The vectorized float32 math (exp, log, tanh, sigmoid, erf) against float64, in ulps,
 over the whole range including inf, nan, zeros and denormals."""
 import numpy as np
 import pytest
@@ -31,6 +31,7 @@ def ulp_error(got, exact):
     ("log", lambda p: gc.log(p), np.log, 2),
     ("tanh", gc.tanh, np.tanh, 3),
     ("sigmoid", gc.sigmoid, lambda x: 1 / (1 + np.exp(-x)), 4),
+    ("erf", gc.erf, np.vectorize(__import__("math").erf, otypes=[np.float64]), 6),
 ])
 def test_float32_math_is_within_a_few_ulp(graph, name, fn, exact, max_ulp):
     x = samples()

@@ -1,4 +1,4 @@
-"""Vectorizable float32 math in LLVM IR: exp, log, tanh (Cephes-style polynomials).
+"""Vectorizable float32 math in LLVM IR: exp, log, tanh, logistic, erf (polynomials).
 
 Written with plain arithmetic, bit operations and selects (no calls), so loops that use
 them stay vectorizable. Accuracy: within a few ulp of a correctly rounded result over the
@@ -98,6 +98,23 @@ def logistic_f32(b: ir.IRBuilder, x):
     return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
 
+def erf_f32(b: ir.IRBuilder, x):
+    """|x| < 0.5: odd Taylor polynomial (relative error < 1e-9); otherwise Abramowitz &
+    Stegun 7.1.26, 1 - t*P(t)*exp(-x*x) with t = 1/(1 + p|x|) (absolute error 1.5e-7)."""
+    ax = b.call(_unary(b, "llvm.fabs"), [x])
+    z = b.fmul(x, x)
+    # 2/sqrt(pi) * (x - x^3/3 + x^5/10 - x^7/42 + x^9/216 - x^11/1320 + x^13/9360)
+    c = 1.1283791670955126
+    taylor = _poly(b, z, [c / 9360, -c / 1320, c / 216, -c / 42, c / 10, -c / 3, c])
+    small = b.fmul(taylor, x)
+    t = b.fdiv(_c(1.0), b.fadd(_c(1.0), b.fmul(ax, _c(0.3275911))))
+    p = _poly(b, t, [1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592])
+    big = b.fsub(_c(1.0), b.fmul(b.fmul(p, t), exp_f32(b, b.fneg(z))))
+    big = b.call(_copysign(b), [big, x])
+    y = b.select(b.fcmp_ordered("<", ax, _c(0.5)), small, big)
+    return b.select(b.fcmp_unordered("uno", x, x), x, y)
+
+
 def _declare(b, name, nargs):
     module = b.module
     full = name + ".f32"
@@ -118,4 +135,5 @@ def _copysign(b):
     return _declare(b, "llvm.copysign", 2)
 
 
-VECTOR_F32 = {"exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "logistic": logistic_f32}
+VECTOR_F32 = {"exp": exp_f32, "log": log_f32, "tanh": tanh_f32, "logistic": logistic_f32,
+              "erf": erf_f32}
