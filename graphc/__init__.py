@@ -23,3 +23,4 @@ from . import nn, optim  # noqa: E402
 from .compiler import compile  # noqa: E402,A001
 from .function import function  # noqa: E402
 from .executable import Executable  # noqa: E402
+from .devices import DeviceArray, cuda, devices, to_device  # noqa: E402

@@ -1,0 +1,72 @@
+"""Devices: what is present, and moving arrays onto them.
+
+The CPU is always present. CUDA needs the `cuda` extra (pycuda) and an NVIDIA driver;
+pycuda is imported only when asked for, and its absence is a clear DeviceError.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from graphc_runtime.errors import DeviceError
+
+
+class _Cuda:
+    """gc.cuda: availability of CUDA devices through pycuda."""
+
+    def device_count(self) -> int:
+        try:
+            import pycuda.driver as drv
+        except ImportError:
+            return 0
+        try:
+            drv.init()
+            return drv.Device.count()
+        except Exception:                 # no driver, no device: pycuda raises its own types
+            return 0
+
+    def is_available(self) -> bool:
+        return self.device_count() > 0
+
+
+cuda = _Cuda()
+
+
+def devices() -> list[str]:
+    """Names of the devices present: 'cpu', then 'cuda:0', 'cuda:1', ..."""
+    return ["cpu"] + [f"cuda:{k}" for k in range(cuda.device_count())]
+
+
+class DeviceArray:
+    """An array resident on a device: `.numpy()` copies it to the host."""
+
+    def __init__(self, data, device: str, shape, dtype):
+        self._data, self.device, self.shape, self.dtype = data, device, tuple(shape), dtype
+
+    def numpy(self) -> np.ndarray:
+        if self.device == "cpu":
+            return np.array(self._data, copy=True)
+        return self._data.get()
+
+    def __repr__(self) -> str:
+        return f"DeviceArray({self.dtype}{list(self.shape)} on {self.device})"
+
+
+def to_device(array, device: str = "cuda") -> DeviceArray:
+    """Copy a numpy array to `device` ('cpu', 'cuda' or 'cuda:N')."""
+    array = np.ascontiguousarray(array)
+    name = str(device)
+    if name in ("cpu", "cpu:0"):
+        return DeviceArray(array.copy(), "cpu", array.shape, str(array.dtype))
+    kind, _, index = name.partition(":")
+    if kind != "cuda":
+        raise DeviceError(f"unknown device {device!r}; available: {', '.join(devices())}")
+    count = cuda.device_count()
+    k = int(index or 0) if (index or "0").isdigit() else -1
+    if count == 0:
+        raise DeviceError(f"device {device!r}: no CUDA device is available (needs an NVIDIA "
+                          f"GPU, its driver and the 'cuda' extra, pycuda)")
+    if not 0 <= k < count:
+        raise DeviceError(f"device {device!r}: there are {count} CUDA device(s)")
+    import pycuda.autoinit  # noqa: F401  (creates a context on device 0)
+    import pycuda.gpuarray as gpuarray
+    return DeviceArray(gpuarray.to_gpu(array), f"cuda:{k}", array.shape, str(array.dtype))
