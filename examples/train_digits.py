@@ -91,7 +91,7 @@ def train(name, build, data, epochs: int, batch: int, lr: float, seed: int) -> f
     pred = predict(x_test=xte)
     accuracy = float((pred == yte).mean())
     print(f"[{name}] test accuracy {accuracy:.4f} on {len(yte)} held-out digits "
-          f"({epochs} epochs, {elapsed:.1f} s)")
+          f"({epochs} epochs, {elapsed:.3f} s of training)")
     return accuracy, predict
 
 
