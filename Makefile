@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,examples]'
+	$(PY) -m pip install -q -e '.[test,examples,distributed]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -24,3 +24,4 @@ from .compiler import compile  # noqa: E402,A001
 from .function import function  # noqa: E402
 from .executable import Executable  # noqa: E402
 from .devices import DeviceArray, cuda, devices, to_device  # noqa: E402
+from . import distributed  # noqa: E402

@@ -18,7 +18,7 @@ from .passes import fusion, memory
 from .passes.manager import PassManager
 from .passes.program import Program
 
-KNOWN_OPTIONS = {"dump_dir", "fuse", "opt_level", "num_threads"}
+KNOWN_OPTIONS = {"dump_dir", "fuse", "opt_level", "num_threads", "distributed"}
 
 
 def default_pipeline():
@@ -114,9 +114,10 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
                  zip(output_names(outputs, len(lowered.outputs)), lowered.outputs)],
         variables=[(name, graph.variables[name].shape,
                     dtypes.canonical(graph.variables[name].dtype)) for name in lowered.variables])
+    collectives = collective_steps(lowered)
     native = CpuProgram(native_module.object_code, sig, lowered.memory.arena_bytes,
                         {name: graph.variables[name] for name in lowered.variables},
-                        [c for _, c in lowered.constants])
+                        [c for _, c in lowered.constants], collectives)
 
     stats = {
         "kernels": len(lowered.kernels),
@@ -137,8 +138,12 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
                                                         lowered.buffers.values()})}
     from .artifact_info import describe_program
     info = describe_program(optimized, plan, lowered, native_module, structure_of(outputs))
-    return Executable(native, rebuild, stats, dumps, device="cpu", module=native_module,
-                      info=info)
+    info["manifest"]["collectives"] = collectives
+    exe = Executable(native, rebuild, stats, dumps, device="cpu", module=native_module,
+                     info=info)
+    if options.get("distributed") is not None:
+        options["distributed"].setup(exe, optimized)
+    return exe
 
 
 def output_names(outputs, count: int) -> list:
@@ -156,3 +161,23 @@ def output_names(outputs, count: int) -> list:
                 walk(v, f"{prefix}{k}" if prefix == "out" else f"{prefix}.{k}")
     walk(outputs, "out")
     return names if len(names) == count else [f"out{k}" for k in range(count)]
+
+
+def collective_steps(lowered) -> list:
+    """The collectives between native segments, with where their buffers live (a table
+    slot for inputs/outputs/variables/constants, an arena offset for temporaries)."""
+    from .codegen import kernel as K
+
+    def where(buf):
+        if buf.kind == "temp":
+            return {"offset": lowered.memory.offsets[buf.id]}
+        return {"slot": lowered.slots[buf.id]}
+    steps = []
+    for kern in lowered.kernels:
+        if isinstance(kern, K.CollectiveKernel):
+            steps.append({"op": kern.op, "attrs": {k: v for k, v in kern.attrs.items()},
+                          "src": dict(where(kern.src), shape=list(kern.src.shape),
+                                      dtype=kern.src.dtype),
+                          "dst": dict(where(kern.dst), shape=list(kern.dst.shape),
+                                      dtype=kern.dst.dtype)})
+    return steps

@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from . import blas
+from . import blas, collectives
 from .dtypes import NUMPY, type_str
 from .errors import CompileError, FeedError
 from .feeds import bind_inputs, check_array
@@ -121,7 +121,7 @@ class CpuProgram:
     """
 
     def __init__(self, object_code: bytes, signature: Signature, arena_bytes: int,
-                 variables: dict, constants: list):
+                 variables: dict, constants: list, collectives: list | None = None):
         b = llvm()
         self.signature = signature
         self.object_code = bytes(object_code)
@@ -141,7 +141,11 @@ class CpuProgram:
         n_obj = len(signature.inputs) + len(signature.outputs)
         entry = self.engine.get_function_address("graphc_entry")
         self._entry = None
-        if entry and _numpy_data_offset_ok():
+        self.collectives = list(collectives or [])
+        self._segments = [ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
+            self.engine.get_function_address(f"graphc_segment_{k}"))
+            for k in range(len(self.collectives) + 1)] if self.collectives else []
+        if entry and _numpy_data_offset_ok() and not self.collectives:
             self._entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p,
                                            *([ctypes.py_object] * n_obj))(entry)
         self.arena_bytes = int(arena_bytes)
@@ -236,5 +240,24 @@ class CpuProgram:
             for c in self.constants:
                 table[k] = c.ctypes.data
                 k += 1
-            self._main(ctypes.cast(table, ctypes.c_void_p))
+            if not self.collectives:
+                self._main(ctypes.cast(table, ctypes.c_void_p))
+                return outs
+            by_slot = [self.arena] + arrays + outs + list(self.variables.values()) + \
+                self.constants
+            for segment, step in zip(self._segments, self.collectives + [None]):
+                segment(ctypes.cast(table, ctypes.c_void_p))
+                if step is not None:
+                    collectives.run(step["op"], step["attrs"], self._view(step["src"], by_slot),
+                                    self._view(step["dst"], by_slot))
         return outs
+
+    def _view(self, where: dict, by_slot: list) -> np.ndarray:
+        """The array a collective reads or writes: a table slot's array or arena bytes."""
+        npd = NUMPY[where["dtype"]]
+        shape = tuple(where["shape"])
+        if "slot" in where:
+            return by_slot[where["slot"]].reshape(shape)
+        count = int(np.prod(shape, dtype=np.int64))
+        start = where["offset"]
+        return self.arena[start:start + count * npd.itemsize].view(npd).reshape(shape)

@@ -90,7 +90,7 @@ class Model:
         from .errors import CompileError
         try:
             self._native = CpuProgram(sections["object"], signature, manifest["arena_bytes"],
-                                      variables, constants)
+                                      variables, constants, manifest.get("collectives", []))
         except CompileError as e:
             raise ArtifactError(f"{label}: {e}") from None
         self.manifest = manifest

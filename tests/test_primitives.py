@@ -409,7 +409,7 @@ def test_collective_shapes_for_several_processes(graph):
     p = gc.placeholder((4, 6), name="x")
     assert bind("all_gather", p, axis=1, axis_size=3).shape == (4, 18)
     assert bind("reduce_scatter", p, axis=1, axis_size=3).shape == (4, 2)
-    with pytest.raises(gc.GraphcError, match="reference interpreter runs one"):
+    with pytest.raises(gc.GraphcError, match="compiled for 2 processes, but this run has 1|need MPI"):
         gc.evaluate(bind("all_reduce", p, op="sum", axis_size=2),
                     {"x": np.ones((4, 6), np.float32)})
 

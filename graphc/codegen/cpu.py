@@ -142,10 +142,22 @@ class ModuleBuilder:
         b.ret(ir.Constant(i8p, None))
         return tr
 
-    def add_main(self, schedule, slot_of, arena_offset_of) -> None:
-        """graphc_main(i8** table): binds buffer pointers and calls each kernel in order."""
+    def add_main(self, segments, slot_of, arena_offset_of) -> None:
+        """graphc_segment_<k>(i8** table) for each run of kernels between collectives,
+        and graphc_main(i8** table) calling them all (for programs without collectives)."""
         i8p = ir.PointerType(I8)
+        fns = []
+        for k, schedule in enumerate(segments):
+            fns.append(self._segment(f"graphc_segment_{k}", schedule, slot_of, arena_offset_of))
         fn = ir.Function(self.module, ir.FunctionType(VOID, [ir.PointerType(i8p)]), "graphc_main")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        for f in fns:
+            b.call(f, [fn.args[0]])
+        b.ret_void()
+
+    def _segment(self, name, schedule, slot_of, arena_offset_of):
+        i8p = ir.PointerType(I8)
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [ir.PointerType(i8p)]), name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         table = fn.args[0]
         arena = b.load(b.gep(table, [ir.Constant(I64, 0)]))
@@ -168,6 +180,7 @@ class ModuleBuilder:
             else:
                 self._parallel_call(b, fn_k, ptrs, split, trampoline)
         b.ret_void()
+        return fn
 
     def add_entry(self, slots: int, objects: int) -> None:
         """graphc_entry(ptr fixed, ptr obj_1, ..., ptr obj_n): the fast call path.
@@ -991,12 +1004,15 @@ def emit_module(name: str, lowered, threads: int = 1) -> str:
     mb = ModuleBuilder(name, triple=triple)
     mb.threads = threads
     offsets = lowered.memory.offsets
-    fns = []
+    segments = [[]]
     for kern in lowered.kernels:
+        if isinstance(kern, K.CollectiveKernel):
+            segments.append([])               # the runtime runs the collective in between
+            continue
         aliased = _aliased_buffers(kern, offsets)
         mb.add_kernel(kern, aliased, split_var(kern, threads))
-        fns.append(mb.kernels[-1])
-    mb.add_main(fns, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
+        segments[-1].append(mb.kernels[-1])
+    mb.add_main(segments, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
     mb.add_entry(1 + len(lowered.slots), len(lowered.inputs) + len(lowered.outputs))
     return str(mb.module)
 

@@ -174,6 +174,16 @@ class ScatterKernel:
     update: VExpr
 
 
+@dataclass
+class CollectiveKernel:
+    """A collective across processes (MPI): dst = op(src over all ranks)."""
+    name: str
+    op: str                  # all_reduce, all_gather, reduce_scatter
+    attrs: dict
+    src: Buffer
+    dst: Buffer
+
+
 # -- building expressions for a group ------------------------------------------------------
 
 class ExprBuilder:
@@ -548,6 +558,8 @@ def build_scatter(name, node: Node, members, buffer_of, dests) -> ScatterKernel:
 
 def kernel_loads(kernel) -> list[Load]:
     """Every Load in a kernel (for alias and in-place checks)."""
+    if isinstance(kernel, CollectiveKernel):
+        return [Load(kernel.src.dtype, kernel.src, tuple(ix.const(0) for _ in kernel.src.shape))]
     found, seen = [], set()
 
     def walk(e):
@@ -592,6 +604,9 @@ def kernel_loads(kernel) -> list[Load]:
 
 
 def kernel_stores(kernel) -> list[Store]:
+    if isinstance(kernel, CollectiveKernel):
+        return [Store(kernel.dst, Const(kernel.dst.dtype, 0), tuple(ix.const(0) for _ in
+                                                                   kernel.dst.shape))]
     if isinstance(kernel, LoopKernel):
         return kernel.stores
     if isinstance(kernel, RowKernel):

@@ -243,8 +243,13 @@ def _build(g: Group, name, buffer_of, dests):
     if g.kind == "collective":
         node = g.anchor
         if node.attrs["axis_size"] != 1:
-            raise CompileError(f"{node.op} over {node.attrs['axis_size']} processes needs the "
-                               f"distributed runtime, which this build does not provide")
+            src = buffer_of(node.inputs[0])
+            if src is None:
+                raise CompileError(f"{node.op}: its operand has no buffer")
+            if node.dtype not in ("float32", "float64", "int32", "int64"):
+                raise CompileError(f"{node.op} of {node.dtype} across processes is not "
+                                   f"supported (float32, float64, int32, int64 are)")
+            return K.CollectiveKernel(name, node.op, dict(node.attrs), src, dests(node)[0])
         vars_ = K.loop_vars(node.shape)
         value = K.ExprBuilder({}, buffer_of).value(node.inputs[0], vars_)
         return K.LoopKernel(name, node.shape, vars_,

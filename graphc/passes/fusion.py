@@ -119,10 +119,11 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
         if cls[n.id] != "fusible" or n.id in materialized:
             continue
         us = users[n.id]
-        if any(cls[u.id] in ("dot", "conv", "scatter", "collective") for u in us) and \
-                not pure_view[n.id]:
+        if any(cls[u.id] == "collective" for u in us) or any(
+                cls[u.id] in ("dot", "conv", "scatter") for u in us) and not pure_view[n.id]:
             materialized.add(n.id)
-            decisions.append(f"materialize %{n.id} ({n.op}): operand of a dot/conv/scatter")
+            decisions.append(f"materialize %{n.id} ({n.op}): operand of a "
+                             f"dot/conv/scatter/collective")
             continue
         broadcasts = any(u.op == "broadcast_in_dim" and u.size > n.size for u in us)
         if len(us) > 1 or broadcasts:

@@ -1,8 +1,8 @@
 """Collectives across `axis_size` processes: all_reduce, all_gather, reduce_scatter.
 
-The graph records the number of participants so shapes stay static. The reference
-interpreter runs one process: with axis_size 1 each collective is the identity; with more
-it needs a communicator (see graphc.ir.interpreter).
+The graph records the number of participants so shapes stay static. With axis_size 1
+each collective is the identity; with more, the reference runs it through MPI's world
+communicator (graphc_runtime.collectives).
 """
 from __future__ import annotations
 
@@ -62,14 +62,18 @@ def _reduce_scatter_rule(inputs, attrs):
     return tuple(shape), x.dtype
 
 
-def _single_process(args, attrs, node):
-    if attrs["axis_size"] != 1:
-        from graphc_runtime.errors import GraphcError
-        raise GraphcError(f"{node.op} %{node.id} spans {attrs['axis_size']} processes; the "
-                          f"reference interpreter runs one (pass a communicator)")
-    return np.array(args[0], copy=True)
+def _reference(args, attrs, node):
+    """One process: the identity. Several: MPI's world communicator (mpi4py)."""
+    if attrs["axis_size"] == 1:
+        return np.array(args[0], copy=True)
+    from graphc_runtime import collectives
+    from .. import dtypes
+    src = np.ascontiguousarray(args[0])
+    dst = np.empty(node.shape, dtypes.to_numpy(node.dtype))
+    collectives.run(node.op, attrs, src, dst)
+    return dst
 
 
-define("all_reduce", "collective", _all_reduce_rule, _single_process, arity=1)
-define("all_gather", "collective", _all_gather_rule, _single_process, arity=1)
-define("reduce_scatter", "collective", _reduce_scatter_rule, _single_process, arity=1)
+define("all_reduce", "collective", _all_reduce_rule, _reference, arity=1)
+define("all_gather", "collective", _all_gather_rule, _reference, arity=1)
+define("reduce_scatter", "collective", _reduce_scatter_rule, _reference, arity=1)
