@@ -50,6 +50,12 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
         except ValueError:
             raise CompileError(f"GRAPHC_NUM_THREADS must be a positive int, got {env!r}",
                                loc) from None
+        if not env and options.get("distributed") is not None and \
+                getattr(options["distributed"], "world", 1) > 1:
+            # processes on one machine share its cores (graphc's threads and BLAS's)
+            from graphc_runtime import blas, collectives
+            num_threads = max(1, num_threads // collectives.local_size())
+            blas.set_threads(num_threads)
     if not isinstance(num_threads, int) or isinstance(num_threads, bool) or num_threads < 1:
         raise CompileError(f"num_threads must be a positive int, got {num_threads!r}", loc)
 

@@ -41,6 +41,75 @@ def reduce_scatter(x: Tensor, axis: int = 0) -> Tensor:
     return bind("reduce_scatter", x, axis=axis % x.ndim, axis_size=size())
 
 
+def _bucketed_all_reduce(grads: list, op: str, world: int, bucket_bytes: int) -> list:
+    """all_reduce(op) of every gradient, through a few flat buffers (concatenated up to
+    `bucket_bytes` each, one dtype per bucket)."""
+    out: list = [None] * len(grads)
+    buckets, current, nbytes = [], [], 0
+    for k, g in enumerate(grads):
+        if current and (nbytes + g.node.nbytes > bucket_bytes or
+                        g.dtype != grads[current[0]].dtype):
+            buckets.append(current)
+            current, nbytes = [], 0
+        current.append(k)
+        nbytes += g.node.nbytes
+    if current:
+        buckets.append(current)
+    for bucket in buckets:
+        flat = F.concatenate([F.reshape(grads[k], (-1,)) for k in bucket])
+        reduced = bind("all_reduce", flat, op=op, axis_size=world)
+        offset = 0
+        for k in bucket:
+            n = grads[k].size
+            out[k] = F.reshape(reduced[offset:offset + n], grads[k].shape)
+            offset += n
+    return out
+
+
+class TensorParallel:
+    """Gradients for a model whose layers are sharded across processes (gc.nn's
+    column_parallel_linear / row_parallel_linear) and whose loss every process computes
+    identically.
+
+    Autodiff differentiates the sum of the processes' losses; this divides the loss by
+    the number of processes, so sharded parameters get the gradient of the one loss, and
+    sums the gradients of replicated parameters (one bucketed all-reduce).
+    """
+
+    def __init__(self, bucket_bytes: int = 32 << 20):
+        self.bucket_bytes = bucket_bytes
+        self.world = size()
+
+    def gradients(self, loss: Tensor, sharded, replicated=()) -> tuple[list, list]:
+        from .autodiff import grad
+        sharded, replicated = list(sharded), list(replicated)
+        grads = grad(loss * (1.0 / self.world), sharded + replicated)
+        g_sharded, g_repl = grads[:len(sharded)], grads[len(sharded):]
+        if self.world > 1 and g_repl:
+            g_repl = _bucketed_all_reduce(g_repl, "sum", self.world, self.bucket_bytes)
+        return g_sharded, g_repl
+
+    def setup(self, exe, program) -> None:
+        _check_same_program(self.world, program)
+
+
+def _check_same_program(world: int, program) -> None:
+    if world == 1:
+        return
+    c = _coll.comm()
+    if c.Get_size() != world:
+        raise GraphcError(f"mismatched world sizes: the graph was built for {world} "
+                          f"processes, this run has {c.Get_size()}")
+    text = dumps(program.graph, program.roots(), include_variables=False)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    digests = c.allgather(digest)
+    differ = [r for r, d in enumerate(digests) if d != digests[0]]
+    if differ:
+        raise GraphcError(f"rank(s) {differ} built a different graph than rank 0 "
+                          f"(graph hash {digests[differ[0]][:12]} vs {digests[0][:12]}); "
+                          f"every process must run the same program")
+
+
 class DataParallel:
     """Data parallelism: each process runs the same graph on its part of the batch.
 
@@ -56,47 +125,16 @@ class DataParallel:
 
     def gradients(self, loss: Tensor, params) -> list:
         from .autodiff import grad
-        params = list(params)
-        grads = grad(loss, params)
+        grads = grad(loss, list(params))
         if self.world == 1:
             return grads
-        out: list = [None] * len(grads)
-        buckets, current, nbytes = [], [], 0
-        for k, g in enumerate(grads):
-            if current and (nbytes + g.node.nbytes > self.bucket_bytes or
-                            g.dtype != grads[current[0]].dtype):
-                buckets.append(current)
-                current, nbytes = [], 0
-            current.append(k)
-            nbytes += g.node.nbytes
-        if current:
-            buckets.append(current)
-        for bucket in buckets:
-            flat = F.concatenate([F.reshape(grads[k], (-1,)) for k in bucket])
-            mean = bind("all_reduce", flat, op="mean", axis_size=self.world)
-            offset = 0
-            for k in bucket:
-                n = grads[k].size
-                out[k] = F.reshape(mean[offset:offset + n], grads[k].shape)
-                offset += n
-        return out
+        return _bucketed_all_reduce(grads, "mean", self.world, self.bucket_bytes)
 
     def setup(self, exe, program) -> None:
         """Refuse mismatched processes; give every process rank 0's variables."""
+        _check_same_program(self.world, program)
         if self.world == 1:
             return
         c = _coll.comm()
-        if c.Get_size() != self.world:
-            raise GraphcError(f"mismatched world sizes: the graph was built for "
-                              f"{self.world} processes, this run has {c.Get_size()}")
-        text = dumps(program.graph, program.roots(), include_variables=False)
-        digest = hashlib.sha256(text.encode()).hexdigest()
-        digests = c.allgather(digest)
-        differ = [r for r, d in enumerate(digests) if d != digests[0]]
-        if differ:
-            raise GraphcError(f"rank(s) {differ} built a different graph than rank 0 "
-                              f"(graph hash {digests[differ[0]][:12]} vs {digests[0][:12]}); "
-                              f"every process must run the same program")
-        for name, value in exe.variables.items():
-            arr = dict.__getitem__(exe.variables, name)
-            c.Bcast(arr, root=0)
+        for name in exe.variables:
+            c.Bcast(dict.__getitem__(exe.variables, name), root=0)

@@ -54,3 +54,11 @@ def require(object_code: bytes) -> None:
     """CompileError if this native code calls BLAS and no BLAS is installed."""
     if any(name.encode() in object_code for name in SYMBOLS) and not available():
         raise CompileError("this program calls BLAS (scipy-openblas32), which is not installed")
+
+
+def set_threads(n: int) -> None:
+    """Threads OpenBLAS may use for graphc's products (e.g. cores per MPI process)."""
+    lib = library()
+    setter = getattr(lib, "scipy_openblas_set_num_threads", None) if lib is not None else None
+    if setter is not None:
+        setter(int(n))

@@ -33,6 +33,18 @@ def world_size() -> int:
         return 1
 
 
+def local_size() -> int:
+    """Processes of this job on this machine (1 without MPI)."""
+    try:
+        from mpi4py import MPI
+        node = comm().Split_type(MPI.COMM_TYPE_SHARED)
+        n = node.Get_size()
+        node.Free()
+        return n
+    except (GraphcError, ImportError):
+        return 1
+
+
 def check_size(op: str, axis_size: int) -> None:
     size = comm().Get_size()
     if size != axis_size:

@@ -28,10 +28,11 @@ def run_mpi(script, n=2, timeout=300, args=()):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def test_two_ranks_data_parallel_collective_gradients_and_hash_check():
+def test_two_ranks_data_and_tensor_parallel_collective_gradients_and_hash_check():
     r = run_mpi(os.path.join(HERE, "mpi", "dp_check.py"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "ok 0" in r.stdout and "ok 1" in r.stdout
+    assert "tp ok 0" in r.stdout and "tp ok 1" in r.stdout
 
 
 def test_single_process_data_parallel_is_plain_training():
