@@ -18,7 +18,7 @@ from .passes import fusion, memory
 from .passes.manager import PassManager
 from .passes.program import Program
 
-KNOWN_OPTIONS = {"dump_dir", "fuse", "opt_level", "num_threads", "distributed"}
+KNOWN_OPTIONS = {"dump_dir", "fuse", "opt_level", "num_threads", "distributed", "arch"}
 
 
 def default_pipeline():
@@ -37,11 +37,10 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
         raise CompileError(f"unknown compile option(s): {', '.join(sorted(unknown))}; known: "
                            f"{', '.join(sorted(KNOWN_OPTIONS))}", loc)
     device = str(device)
-    if device.split(":")[0] == "cuda":
-        raise DeviceError("device 'cuda': the CUDA backend is not part of this build yet",
-                          loc)
-    if device not in ("cpu", "cpu:0"):
-        raise DeviceError(f"unknown device {device!r}; available: cpu", loc)
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda") or (index and not index.isdigit()) or \
+            (kind == "cpu" and index not in ("", "0")):
+        raise DeviceError(f"unknown device {device!r}; devices are cpu and cuda[:N]", loc)
     num_threads = options.get("num_threads")
     if num_threads is None:
         env = os.environ.get("GRAPHC_NUM_THREADS", "")
@@ -106,6 +105,10 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     t0 = time.perf_counter()
     lowered = lower(optimized, plan, input_nodes)
     seconds["schedule_and_memory"] = time.perf_counter() - t0
+
+    if kind == "cuda":
+        return _compile_cuda(graph, optimized, plan, lowered, input_nodes, outputs, rebuild,
+                             pm, seconds, start, options, device)
 
     t0 = time.perf_counter()
     llvm_ir = cpu_codegen.emit_module(graph.name, lowered, num_threads)
@@ -187,3 +190,39 @@ def collective_steps(lowered) -> list:
                           "dst": dict(where(kern.dst), shape=list(kern.dst.shape),
                                       dtype=kern.dst.dtype)})
     return steps
+
+
+def _signature(graph, input_nodes, lowered, outputs):
+    return Signature(
+        inputs=[(n.attrs["name"], n.shape, n.dtype) for n in input_nodes],
+        outputs=[(name, b.shape, b.dtype) for name, b in
+                 zip(output_names(outputs, len(lowered.outputs)), lowered.outputs)],
+        variables=[(name, graph.variables[name].shape,
+                    dtypes.canonical(graph.variables[name].dtype)) for name in lowered.variables])
+
+
+def _compile_cuda(graph, optimized, plan, lowered, input_nodes, outputs, rebuild, pm, seconds,
+                  start, options, device):
+    """PTX for the GPU (no GPU needed to compile; running needs one)."""
+    from graphc_runtime.cuda import CudaProgram
+    from .codegen.cuda import PtxProgram
+    t0 = time.perf_counter()
+    ptx = PtxProgram(graph.name, lowered, options.get("arch", "sm_80"))
+    seconds["ptx"] = time.perf_counter() - t0
+    sig = _signature(graph, input_nodes, lowered, outputs)
+    native = CudaProgram(ptx.ptx, ptx.arch, ptx.launches, sig, lowered.memory.arena_bytes,
+                         {name: graph.variables[name] for name in lowered.variables},
+                         [c for _, c in lowered.constants])
+    stats = {"kernels": len(ptx.launches), "fusion_groups": len(plan.groups),
+             "arena_bytes": lowered.memory.arena_bytes,
+             "live_bytes_lower_bound": lowered.memory.live_bytes_lower_bound,
+             "naive_bytes": lowered.naive_bytes, "compile_seconds": time.perf_counter() - start,
+             "pass_seconds": seconds,
+             "kernel_bytes": [{"kernel": n, "read": r, "written": w} for n, r, w in lowered.traffic],
+             "in_place_updates": list(lowered.in_place_updates),
+             "copied_updates": list(lowered.copied_updates), "arch": ptx.arch}
+    dumps = {"graph": pm.dumps["input"], "optimized": pm.dumps["dce"],
+             "fused": fusion.describe(plan), "ptx": ptx.ptx,
+             "memory": memory.describe(lowered.memory, {b.id: b.name for b in
+                                                        lowered.buffers.values()})}
+    return Executable(native, rebuild, stats, dumps, device=device)

@@ -39,8 +39,11 @@ class Executable:
         """Text of one compilation stage: graph, optimized, fused, memory, llvm, asm, ptx."""
         if stage not in STAGES:
             raise CompileError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
-        if stage == "ptx":
+        if stage == "ptx" and "ptx" not in self._dumps:
             raise CompileError(f"no PTX: this executable was compiled for {self.device}")
+        if stage in ("asm", "llvm") and self._module is None:
+            raise CompileError(f"no {stage}: this executable was compiled for {self.device} "
+                               f"(see dump('ptx'))")
         if stage == "asm":
             return self._module.assembly()
         return self._dumps[stage]
@@ -49,6 +52,8 @@ class Executable:
         """Write the compiled program and its current variables as an artifact that
         `graphc_runtime.load` runs without the compiler."""
         from graphc_runtime.model import save_program
+        if self._info is None:
+            raise CompileError(f"saving {self.device} executables is not supported yet")
         manifest = dict(self._info["manifest"])
         if manifest["structure"] is None:
             raise CompileError("cannot save: the outputs are a dict with non-string keys")

@@ -360,11 +360,18 @@ class Emitter:
         b.position_at_end(done)
 
     # -- kernels -------------------------------------------------------------------------
+    per_element_dots = False     # GPU: one thread per output element
+
+    def outer_loops(self, vars_, body) -> None:
+        """The kernel's outermost (parallel) loops; the CUDA lowering makes them a
+        grid-stride loop over threads."""
+        self.loops(vars_, body)
+
     def kernel(self, k) -> None:
         if isinstance(k, K.LoopKernel):
-            self.loops(k.loop_vars, lambda: self.stores(k.stores))
+            self.outer_loops(k.loop_vars, lambda: self.stores(k.stores))
         elif isinstance(k, K.RowKernel):
-            self.loops(k.kept_vars, lambda: self.row(k))
+            self.outer_loops(k.kept_vars, lambda: self.row(k))
         elif isinstance(k, K.DotKernel):
             self.dot(k)
         elif isinstance(k, K.ConvKernel):
@@ -434,10 +441,11 @@ class Emitter:
     def dot(self, k: K.DotKernel) -> None:
         b = self.b
         out = k.out
-        plan = blas_plan(k)
+        plan = blas_plan(k) if not self.per_element_dots else None
         if plan is not None:
             return self.dot_blas(k, plan)
-        direct = out.dtype == k.acc_dtype      # accumulate in the output buffer
+        # accumulate in the output buffer (row by row), or per element in a register
+        direct = out.dtype == k.acc_dtype and not self.per_element_dots
 
         def zero():
             self.store(out, k.out_index, ir.Constant(COMPUTE[out.dtype], 0))
@@ -458,7 +466,7 @@ class Emitter:
                 self.loops(k.k_vars, lambda: self.loops(k.n_vars, update))
                 if k.epilogue:
                     self.loops(k.n_vars, epilogue)
-            self.loops(k.batch_vars + k.m_vars, row)
+            self.outer_loops(k.batch_vars + k.m_vars, row)
         else:
             def element():
                 acc = self._alloca(COMPUTE[k.acc_dtype])
@@ -472,7 +480,7 @@ class Emitter:
                 self.cache = {}
                 self.store(out, k.out_index, self.accs[0])
                 self.stores(k.epilogue)
-            self.loops(k.batch_vars + k.m_vars + k.n_vars, element)
+            self.outer_loops(k.batch_vars + k.m_vars + k.n_vars, element)
 
     def dot_blas(self, k: K.DotKernel, plan) -> None:
         """C = A @ B through BLAS per batch index, then the epilogue over C."""
@@ -525,7 +533,7 @@ class Emitter:
             self.cache = {}
             self.store(k.out, k.out_index, self.accs[0])
             self.stores(k.epilogue)
-        self.loops(k.out_vars, element)
+        self.outer_loops(k.out_vars, element)
 
     def scatter(self, k: K.ScatterKernel) -> None:
         upd = self.value(k.update)

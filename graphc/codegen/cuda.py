@@ -1,0 +1,217 @@
+"""Lowering of the same kernel IR to NVVM IR and PTX (llvmlite's NVPTX target).
+
+Each kernel becomes a `ptx_kernel` function whose outer loops are one grid-stride loop
+over the flattened iteration space (one thread per element, per row of a reduction, per
+output element of a dot or conv); inner loops are sequential per thread. Float32 math
+uses the same vectorizable polynomials as the CPU; other math calls libdevice (linked
+from the CUDA toolkit or the nvidia-cuda-nvcc wheel). scatter_add runs as a copy kernel
+and an atomic-add kernel. Compiling needs no GPU; only running does.
+"""
+from __future__ import annotations
+
+import glob
+import math
+import os
+
+import llvmlite.ir as ir
+
+from graphc_runtime.errors import CompileError
+
+from . import index as ix
+from . import kernel as K
+from .cpu import COMPUTE, I32, I64, STORAGE, VOID, Emitter, ModuleBuilder, _aliased_buffers
+
+TRIPLE = "nvptx64-nvidia-cuda"
+BLOCK = 256
+MAX_GRID = 65535 * 4
+PTX_FEATURES = {"sm_80": "+ptx75", "sm_90": "+ptx80"}
+
+
+class GpuEmitter(Emitter):
+    per_element_dots = True
+
+    def outer_loops(self, vars_, body) -> None:
+        """for (i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)."""
+        real = [v for v in vars_ if isinstance(v, ix.IVar)]
+        total = 1
+        for v in real:
+            total *= v.hi + 1
+        b = self.b
+        sreg = lambda name: b.zext(b.call(self.mb.sreg(name), []), I64)
+        start = b.add(b.mul(sreg("ctaid.x"), sreg("ntid.x")), sreg("tid.x"))
+        stride = b.mul(sreg("nctaid.x"), sreg("ntid.x"))
+        pre = b.block
+        head = b.append_basic_block("grid.head")
+        loop = b.append_basic_block("grid.body")
+        done = b.append_basic_block("grid.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, "gid")
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_unsigned("<", i, ir.Constant(I64, total)), loop, done)
+        b.position_at_end(loop)
+        rest = i
+        for k, v in enumerate(reversed(real)):
+            n = ir.Constant(I64, v.hi + 1)
+            self.env[v.name] = b.urem(rest, n) if k < len(real) - 1 else rest
+            rest = b.udiv(rest, n)
+        saved = dict(self.cache)
+        body()
+        self.cache = saved
+        i.add_incoming(b.add(i, stride), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def atomic_scatter(self, k: K.ScatterKernel) -> None:
+        dtype = k.out.dtype
+        if dtype not in ("float32", "float64", "int32", "int64"):
+            raise CompileError(f"scatter_add of {dtype} on CUDA is not supported")
+
+        def body():
+            upd = self.value(k.update)
+            op = "fadd" if dtype.startswith("float") else "add"
+            self.b.atomic_rmw(op, self._ptr(k.out, k.target), upd, "monotonic")
+        self.outer_loops(k.upd_vars, body)
+
+
+class CudaModuleBuilder(ModuleBuilder):
+    def __init__(self, name: str, arch: str):
+        super().__init__(name, triple=TRIPLE)
+        self.arch = arch
+        self.launches: list = []          # (function name, total threads, buffers)
+        self.uses_libdevice = False
+
+    def sreg(self, name: str):
+        full = f"llvm.nvvm.read.ptx.sreg.{name}"
+        if full in self.module.globals:
+            return self.module.globals[full]
+        return ir.Function(self.module, ir.FunctionType(I32, []), full)
+
+    def libm(self, op: str, ty):
+        sym = f"__nv_{op}f" if ty == ir.FloatType() else f"__nv_{op}"
+        self.uses_libdevice = True
+        if sym in self.module.globals:
+            return self.module.globals[sym]
+        nargs = 2 if op == "pow" else 1
+        return ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), sym)
+
+    def gemm(self, dtype: str):
+        raise CompileError("BLAS is not available on CUDA")
+
+    def add_gpu_kernel(self, kernel, aliased: set) -> None:
+        if isinstance(kernel, K.ScatterKernel):
+            self._emit(kernel.copy, aliased, kernel.copy.name, "kernel")
+            self._emit(kernel, aliased, kernel.name, "atomic")
+        elif isinstance(kernel, K.CollectiveKernel):
+            raise CompileError("collectives across processes are not supported on CUDA yet")
+        else:
+            if isinstance(kernel, K.RowKernel):
+                kernel.stashed = []            # no row scratch in a GPU thread's registers
+            self._emit(kernel, aliased, kernel.name, "kernel")
+
+    def _emit(self, kernel, aliased, name, mode) -> None:
+        buffers = {}
+        for load in K.kernel_loads(kernel):
+            buffers[load.buffer.id] = load.buffer
+        for store in K.kernel_stores(kernel):
+            buffers[store.buffer.id] = store.buffer
+        bufs = sorted(buffers.values(), key=lambda b: b.id)
+        fn = ir.Function(self.module, ir.FunctionType(
+            VOID, [ir.PointerType(STORAGE[b.dtype]) for b in bufs]), name)
+        fn.calling_convention = "ptx_kernel"
+        for arg, b in zip(fn.args, bufs):
+            if b.id not in aliased:
+                arg.add_attribute("noalias")
+        builder = ir.IRBuilder(fn.append_basic_block("entry"))
+        em = GpuEmitter(self, builder, {b.id: (arg, b) for arg, b in zip(fn.args, bufs)}, fn)
+        if mode == "atomic":
+            em.atomic_scatter(kernel)
+            total = _extent(kernel.upd_vars)
+        else:
+            em.kernel(kernel)
+            total = _extent(_outer_vars(kernel))
+        builder.ret_void()
+        self.launches.append((name, total, bufs))
+
+
+def _outer_vars(kernel):
+    if isinstance(kernel, K.LoopKernel):
+        return kernel.loop_vars
+    if isinstance(kernel, K.RowKernel):
+        return kernel.kept_vars
+    if isinstance(kernel, K.DotKernel):
+        return kernel.batch_vars + kernel.m_vars + kernel.n_vars
+    if isinstance(kernel, K.ConvKernel):
+        return kernel.out_vars
+    raise CompileError(f"no CUDA lowering for {type(kernel).__name__}")
+
+
+def _extent(vars_) -> int:
+    n = 1
+    for v in vars_:
+        if isinstance(v, ix.IVar):
+            n *= v.hi + 1
+    return n
+
+
+def libdevice_path() -> str | None:
+    """libdevice.10.bc from CUDA_HOME, /usr/local/cuda*, or the nvidia-cuda-nvcc wheel."""
+    candidates = []
+    for root in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]):
+        candidates += glob.glob(os.path.join(root, "nvvm", "libdevice", "libdevice*.bc"))
+    candidates += sorted(glob.glob("/usr/local/cuda*/nvvm/libdevice/libdevice*.bc"), reverse=True)
+    try:
+        import nvidia.cuda_nvcc as wheel                       # nvidia-cuda-nvcc wheel
+        base = os.path.dirname(wheel.__file__) if wheel.__file__ else list(wheel.__path__)[0]
+        candidates += glob.glob(os.path.join(base, "nvvm", "libdevice", "libdevice*.bc"))
+    except ImportError:
+        pass
+    return candidates[0] if candidates else None
+
+
+class PtxProgram:
+    """PTX text for one GPU architecture and the launch table of its kernels."""
+
+    def __init__(self, name: str, lowered, arch: str = "sm_80"):
+        from graphc_runtime.cpu import llvm
+        b = llvm()
+        b.initialize_all_targets()
+        b.initialize_all_asmprinters()
+        if arch not in PTX_FEATURES:
+            raise CompileError(f"unknown GPU architecture {arch!r}; known: "
+                               f"{', '.join(PTX_FEATURES)}")
+        mb = CudaModuleBuilder(name, arch)
+        offsets = lowered.memory.offsets
+        for kern in lowered.kernels:
+            mb.add_gpu_kernel(kern, _aliased_buffers(kern, offsets))
+        target = b.Target.from_triple(TRIPLE)
+        tm = target.create_target_machine(cpu=arch, features=PTX_FEATURES[arch], opt=3)
+        mb.module.data_layout = str(tm.target_data)
+        try:
+            module = b.parse_assembly(str(mb.module))
+            if mb.uses_libdevice:
+                path = libdevice_path()
+                if path is None:
+                    raise CompileError("this program needs libdevice (CUDA's math library) "
+                                       "for float64 or sin/cos/pow math: install the CUDA "
+                                       "toolkit or the nvidia-cuda-nvcc wheel")
+                with open(path, "rb") as f:
+                    module.link_in(b.parse_bitcode(f.read()))
+            module.verify()
+        except RuntimeError as e:
+            raise CompileError(f"generated NVVM IR is invalid: {e}") from None
+        pto = b.create_pipeline_tuning_options(speed_level=3)
+        pb = b.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(module, pb)
+        self.arch = arch
+        self.ptx = tm.emit_assembly(module)
+        self.launches = [{"kernel": name_, "threads": total,
+                          "block": BLOCK, "grid": max(1, min(math.ceil(total / BLOCK), MAX_GRID)),
+                          "buffers": [_where(buf, lowered) for buf in bufs]}
+                         for name_, total, bufs in mb.launches]
+
+
+def _where(buf, lowered) -> dict:
+    if buf.kind == "temp":
+        return {"offset": lowered.memory.offsets[buf.id]}
+    return {"slot": lowered.slots[buf.id]}

@@ -1,0 +1,111 @@
+"""The CUDA lowering, checked without a GPU: every primitive and the MLP/CNN training
+steps become PTX that ptxas accepts for sm_90 and sm_80; structural checks on the PTX.
+Running on a GPU is tested where one exists (skipped here otherwise)."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import graphc as gc
+
+from test_serialize_and_print import every_primitive_graph
+
+PTXAS = shutil.which("ptxas") or ("/usr/local/bin/ptxas" if os.path.exists("/usr/local/bin/ptxas")
+                                  else None)
+needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas (CUDA toolkit) not found")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def ptxas(ptx: str, arch: str, tmp_path) -> str:
+    src = tmp_path / f"prog_{arch}.ptx"
+    src.write_text(ptx)
+    r = subprocess.run([PTXAS, f"-arch={arch}", "-v", str(src), "-o", str(tmp_path / "o.cubin")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stderr          # ptxas -v reports on stderr
+
+
+def every_primitive_without_collectives():
+    g, outs = every_primitive_graph()
+    return g, [o for o in outs if o.node.op not in ("all_reduce", "all_gather", "reduce_scatter")]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_every_primitive_assembles(tmp_path, arch):
+    g, outs = every_primitive_without_collectives()
+    with g:
+        exe = gc.compile(outs, device="cuda", arch=arch)
+    ptx = exe.dump("ptx")
+    assert f".target {arch}" in ptx
+    report = ptxas(ptx, arch, tmp_path)
+    entries = re.findall(r"\.visible \.entry (\w+)\(", ptx)
+    assert len(entries) == exe.stats["kernels"] > 10
+    registers = re.findall(r"Used (\d+) registers", report)
+    assert len(registers) == len(entries) and all(int(r) <= 255 for r in registers)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_training_steps_assemble(tmp_path, arch):
+    sys.path.insert(0, os.path.join(HERE, ".."))
+    from bench.__main__ import cnn_graph, mlp_graph
+    for build in (mlp_graph, cnn_graph):
+        g, loss, updates = build()
+        with g:
+            exe = gc.compile({"loss": loss}, updates=updates, device="cuda", arch=arch)
+        report = ptxas(exe.dump("ptx"), arch, tmp_path)
+        assert "error" not in report.lower()
+
+
+@needs_ptxas
+def test_elementwise_kernels_do_not_spill(tmp_path):
+    with gc.Graph():
+        x = gc.placeholder((1024, 1024), name="x")
+        a = gc.placeholder((1024,), name="a")
+        exe = gc.compile([gc.gelu(x * a + 1.0, approximate=True), gc.exp(x) * gc.tanh(x),
+                          gc.sigmoid(x) + gc.erf(x)], device="cuda", arch="sm_90")
+    report = ptxas(exe.dump("ptx"), "sm_90", tmp_path)
+    spills = re.findall(r"(\d+) bytes spill stores", report)
+    assert spills and all(s == "0" for s in spills), report
+    stacks = re.findall(r"(\d+) bytes stack frame", report)
+    assert all(s == "0" for s in stacks), report
+
+
+def test_ptx_launch_table_and_cross_compilation():
+    with gc.Graph():
+        x = gc.placeholder((300, 70), name="x")
+        exe = gc.compile([gc.softmax(x), x.sum(axis=0)], device="cuda")
+    ptx = exe.dump("ptx")
+    assert ptx.count(".visible .entry") == exe.stats["kernels"]
+    launches = exe._native.launches
+    assert [l["threads"] for l in launches] == [300, 70]
+    assert all(l["grid"] * l["block"] >= l["threads"] for l in launches)
+    with pytest.raises(gc.CompileError, match="see dump\\('ptx'\\)"):
+        exe.dump("llvm")
+
+
+def test_collectives_and_bad_arch_are_clear_compile_errors():
+    from graphc.api import bind
+    with gc.Graph():
+        x = gc.placeholder((4,), name="x")
+        with pytest.raises(gc.CompileError, match="unknown GPU architecture"):
+            gc.compile(x * 2, device="cuda", arch="sm_1")
+        with pytest.raises(gc.CompileError, match="not supported on CUDA"):
+            gc.compile(bind("all_reduce", x * 2, op="sum", axis_size=2), device="cuda")
+
+
+@pytest.mark.skipif(not gc.cuda.is_available(), reason="no CUDA device on this machine")
+def test_every_primitive_runs_on_the_gpu():
+    g, outs = every_primitive_without_collectives()
+    feeds = {"x": np.random.default_rng(0).uniform(0.5, 2, (2, 3)).astype(np.float32),
+             "i": np.array([2, 0, 1, 1], np.int32), "b": np.array([[1, 0, 1], [0, 0, 1]], bool)}
+    with g:
+        got = gc.compile(outs, device="cuda")(**feeds)
+    for o, a, b in zip(outs, got, gc.evaluate(outs, feeds)):
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                                   rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=o.node.op)
