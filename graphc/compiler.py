@@ -117,12 +117,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     t0 = time.perf_counter()
     native_module = cpu_codegen.NativeModule(llvm_ir, options.get("opt_level", 3))
     seconds["llvm"] = time.perf_counter() - t0
-    sig = Signature(
-        inputs=[(n.attrs["name"], n.shape, n.dtype) for n in input_nodes],
-        outputs=[(name, b.shape, b.dtype) for name, b in
-                 zip(output_names(outputs, len(lowered.outputs)), lowered.outputs)],
-        variables=[(name, graph.variables[name].shape,
-                    dtypes.canonical(graph.variables[name].dtype)) for name in lowered.variables])
+    sig = _signature(graph, input_nodes, lowered, outputs)
     collectives = collective_steps(lowered)
     native = CpuProgram(native_module.object_code, sig, lowered.memory.arena_bytes,
                         {name: graph.variables[name] for name in lowered.variables},

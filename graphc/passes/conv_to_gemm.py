@@ -21,6 +21,16 @@ MAX_PATCH_BYTES = 256 << 20
 MAX_WINDOW = 64          # window positions (one slice each); larger windows stay direct
 
 
+def _padded(b: Builder, x, padding):
+    """x with the convolution's (low, high) spatial padding applied (negative crops)."""
+    low = (0, 0) + tuple(lo for lo, _ in padding)
+    high = (0, 0) + tuple(hi for _, hi in padding)
+    if not any(low) and not any(high):
+        return x
+    return b.add("pad", (x,), {"low": low, "high": high, "interior": (0,) * x.ndim,
+                               "value": 0.0})
+
+
 def _im2col(b: Builder, node, x, w):
     a = node.attrs
     n, c = x.shape[:2]
@@ -28,12 +38,7 @@ def _im2col(b: Builder, node, x, w):
     window = w.shape[2:]
     out_sp = node.shape[2:]
     nsp = len(window)
-    low = (0, 0) + tuple(lo for lo, _ in a["padding"])
-    high = (0, 0) + tuple(hi for _, hi in a["padding"])
-    xp = x
-    if any(low) or any(high):
-        xp = b.add("pad", (x,), {"low": low, "high": high, "interior": (0,) * x.ndim,
-                                 "value": 0.0})
+    xp = _padded(b, x, a["padding"])
     slices = []
     for pos in itertools.product(*[range(k) for k in window]):
         start = (0, 0) + tuple(p * d for p, d in zip(pos, a["rhs_dilation"]))
@@ -64,12 +69,7 @@ def _per_output_position(b: Builder, node, x, w):
     window = w.shape[2:]
     out_sp = node.shape[2:]
     nsp = len(window)
-    low = (0, 0) + tuple(lo for lo, _ in a["padding"])
-    high = (0, 0) + tuple(hi for _, hi in a["padding"])
-    xp = x
-    if any(low) or any(high):
-        xp = b.add("pad", (x,), {"low": low, "high": high, "interior": (0,) * x.ndim,
-                                 "value": 0.0})
+    xp = _padded(b, x, a["padding"])
     q = int(np.prod(window, dtype=np.int64))
     slabs = []
     for pos in itertools.product(*[range(m) for m in out_sp]):
