@@ -116,6 +116,8 @@ class ModuleBuilder:
         fn = ir.Function(self.module, ir.FunctionType(VOID, params), kernel.name)
         if not os.environ.get("GRAPHC_EXPORT_KERNELS"):      # profiling: keep symbols
             fn.linkage = "internal"
+        else:
+            fn.attributes.add("noinline")
         for arg, b in zip(fn.args, bufs):
             if b.id not in aliased:
                 arg.add_attribute("noalias")
@@ -675,7 +677,38 @@ class Emitter:
         if isinstance(e, K.Prim):
             args = [self.value(a) for a in e.args]
             return self.prim(e, args)
+        if isinstance(e, K.Choose):
+            return self.choose(e)
         raise CompileError(f"unknown expression {e!r}")
+
+    def choose(self, e: K.Choose):
+        """Branch to the one part the index falls in; values computed inside a branch
+        stay there (the cache is restored), the phi is visible after the merge."""
+        b = self.b
+        i = self.index(e.index)
+        merge = b.append_basic_block("choose.merge")
+        incoming = []
+        for k, part in enumerate(e.parts):
+            last = k == len(e.parts) - 1
+            take = b.append_basic_block(f"choose.{k}")
+            if not last:
+                other = b.append_basic_block(f"choose.not{k}")
+                b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, e.starts[k + 1])), take, other)
+            else:
+                b.branch(take)
+            b.position_at_end(take)
+            saved = dict(self.cache)
+            v = self.value(part)
+            self.cache = saved
+            incoming.append((v, b.block))
+            b.branch(merge)
+            if not last:
+                b.position_at_end(other)
+        b.position_at_end(merge)
+        phi = b.phi(incoming[0][0].type)
+        for v, blk in incoming:
+            phi.add_incoming(v, blk)
+        return phi
 
     def constant(self, value, dtype):
         ty = COMPUTE[dtype]

@@ -81,6 +81,15 @@ class RngValue(VExpr):
 
 
 @dataclass(frozen=True)
+class Choose(VExpr):
+    """parts[k] where starts[k] <= index < starts[k+1] (concatenate): only the chosen part
+    is evaluated (lowered to branches, not a select of every part)."""
+    index: ix.IExpr
+    starts: tuple
+    parts: tuple
+
+
+@dataclass(frozen=True)
 class Acc(VExpr):
     """The finished accumulator of stage `stage` of a row/dot/conv kernel."""
     stage: int
@@ -292,24 +301,19 @@ class ExprBuilder:
         return Prim(node.dtype, "select", (cond, inner, Const(node.dtype, a["value"])))
 
     def _concatenate(self, node, index):
-        """A balanced tree of selects on the concatenated dimension's index."""
         dim = node.attrs["dimension"]
-        parts, offset = [], 0
+        starts, parts, offset = [], [], 0
         for x in node.inputs:
             n = x.shape[dim]
             if n:
                 j = list(index)
                 j[dim] = ix.clamp(ix.add(index[dim], ix.const(-offset)), 0, n - 1)
-                parts.append((offset, self.value(x, j)))
+                starts.append(offset)
+                parts.append(self.value(x, j))
             offset += n
-
-        def tree(lo, hi):
-            if hi - lo == 1:
-                return parts[lo][1]
-            mid = (lo + hi) // 2
-            return Prim(node.dtype, "select", (InRange("bool", index[dim], 0, parts[mid][0]),
-                                               tree(lo, mid), tree(mid, hi)))
-        return tree(0, len(parts))
+        if len(parts) == 1:
+            return parts[0]
+        return Choose(node.dtype, index[dim], tuple(starts), tuple(parts))
 
     def _gather(self, node, index):
         operand, indices = node.inputs
@@ -409,15 +413,18 @@ def _walk(e, out: dict):
     if id(e) in out:
         return
     out[id(e)] = e
-    if isinstance(e, Prim):
-        for a in e.args:
+    if isinstance(e, (Prim, Choose)):
+        for a in (e.args if isinstance(e, Prim) else e.parts):
             _walk(a, out)
 
 
 def _expensive(e, memo) -> bool:
     if id(e) not in memo:
-        memo[id(e)] = isinstance(e, Prim) and (e.op in EXPENSIVE or any(
-            _expensive(a, memo) for a in e.args))
+        if isinstance(e, Choose):
+            memo[id(e)] = any(_expensive(a, memo) for a in e.parts)
+        else:
+            memo[id(e)] = isinstance(e, Prim) and (e.op in EXPENSIVE or any(
+                _expensive(a, memo) for a in e.args))
     return memo[id(e)]
 
 
@@ -442,8 +449,8 @@ def _stash_candidates(stages, full_stores, red_shape) -> list:
         # keep the outermost shared values only
         inner: dict = {}
         for e in shared:
-            if isinstance(e, Prim):
-                for a in e.args:
+            if isinstance(e, (Prim, Choose)):
+                for a in (e.args if isinstance(e, Prim) else e.parts):
                     _walk(a, inner)
         for e in shared:
             if id(e) not in inner:
@@ -572,6 +579,10 @@ def kernel_loads(kernel) -> list[Load]:
                 walk_index(i)
         elif isinstance(e, Prim):
             for x in e.args:
+                walk(x)
+        elif isinstance(e, Choose):
+            walk_index(e.index)
+            for x in e.parts:
                 walk(x)
         elif isinstance(e, RngValue):
             walk(e.key0), walk(e.key1)

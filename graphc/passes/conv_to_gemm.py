@@ -3,7 +3,7 @@
 conv(x, w) with one feature group and no input dilation becomes: pad x, take strided
 slices, lay them out as a matrix (one fused loop kernel writes it), multiply, and
 transpose the product back to (N, O, *out). Two layouts, whichever needs fewer slices:
-- per window offset (im2col): patches (N*out, C*window) @ w(O, C*window)^T;
+- per window offset (im2col): patches^T (C*window, N*out), then patches @ w(O, C*window)^T;
 - per output position (for large windows over small outputs, as in a kernel gradient):
   patches (out*N, C*window) @ w(O, C*window)^T, one slice per output position.
 Small convolutions keep the direct loop kernel.
@@ -39,6 +39,7 @@ def _im2col(b: Builder, node, x, w):
     out_sp = node.shape[2:]
     nsp = len(window)
     xp = _padded(b, x, a["padding"])
+    rows = n * int(np.prod(out_sp, dtype=np.int64))
     slices = []
     for pos in itertools.product(*[range(k) for k in window]):
         start = (0, 0) + tuple(p * d for p, d in zip(pos, a["rhs_dilation"]))
@@ -46,17 +47,18 @@ def _im2col(b: Builder, node, x, w):
                                zip(start[2:], out_sp, a["window_strides"]))
         sl = b.add("slice", (xp,), {"start_indices": start, "limit_indices": limit,
                                     "strides": (1, 1) + tuple(a["window_strides"])})
-        slices.append(b.add("reshape", (sl,), {"new_sizes": (n, c, 1) + tuple(out_sp)}))
+        # (N, C, *out) -> (C, 1, N * out): output positions innermost, so the kernel
+        # that writes the patches reads image rows contiguously
+        sl = b.add("transpose", (sl,), {"permutation": (1, 0) + tuple(range(2, 2 + nsp))})
+        slices.append(b.add("reshape", (sl,), {"new_sizes": (c, 1, rows)}))
     kk = len(slices)
-    stacked = slices[0] if kk == 1 else b.add("concatenate", tuple(slices), {"dimension": 2})
-    # (N, C, KK, *out) -> (N, *out, C, KK) -> (N*Ho*Wo, C*KK)
-    perm = (0,) + tuple(range(3, 3 + nsp)) + (1, 2)
-    patches = b.add("transpose", (stacked,), {"permutation": perm})
-    rows = n * int(np.prod(out_sp, dtype=np.int64))
-    patches = b.add("reshape", (patches,), {"new_sizes": (rows, c * kk)})
+    stacked = slices[0] if kk == 1 else b.add("concatenate", tuple(slices), {"dimension": 1})
+    # patches^T: (C*KK, N*out), rows in the weights' (C, window) order
+    patches_t = b.add("reshape", (stacked,), {"new_sizes": (c * kk, rows)})
     wm = b.add("reshape", (w,), {"new_sizes": (o, c * kk)})
-    prod = b.add("dot_general", (patches, wm), {"lhs_contracting": (1,), "rhs_contracting": (1,),
-                                                "lhs_batch": (), "rhs_batch": ()})
+    prod = b.add("dot_general", (patches_t, wm), {"lhs_contracting": (0,),
+                                                  "rhs_contracting": (1,),
+                                                  "lhs_batch": (), "rhs_batch": ()})
     prod = b.add("reshape", (prod,), {"new_sizes": (n,) + tuple(out_sp) + (o,)})
     return b.add("transpose", (prod,), {"permutation": (0, nsp + 1) + tuple(range(1, nsp + 1))},
                  like=node)

@@ -312,11 +312,16 @@ def _needed_roots(roots, members, plan_, alive, a_id, b_id, program_roots, users
     return keep
 
 
+DATA_MOVEMENT = {"concatenate", "pad", "gather"}
+
+
 def _sibling_pairs(plan_: FusionPlan, alive) -> list:
-    """Loop groups of one shape that read a common buffer."""
+    """Loop groups of one shape that read a common buffer. Groups that rearrange data
+    (concatenate, pad, gather) read it at different places, so merging them saves no
+    memory traffic and makes a slower loop: they are left alone."""
     readers: dict = {}
     for g in plan_.groups:
-        if g.kind != "loop":
+        if g.kind != "loop" or any(m.op in DATA_MOVEMENT for m in g.members.values()):
             continue
         for m in g.members.values():
             for i in m.inputs:
