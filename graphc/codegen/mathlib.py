@@ -91,10 +91,11 @@ def tanh_f32(b: ir.IRBuilder, x):
 
 
 def logistic_f32(b: ir.IRBuilder, x):
+    """1/(1+e) or e/(1+e) with e = exp(-|x|): one division either way."""
     ax = b.call(_unary(b, "llvm.fabs"), [x])
     e = exp_f32(b, b.fneg(ax))
-    d = b.fadd(_c(1.0), e)
-    y = b.select(b.fcmp_ordered(">=", x, _c(0.0)), b.fdiv(_c(1.0), d), b.fdiv(e, d))
+    r = b.fdiv(_c(1.0), b.fadd(_c(1.0), e))
+    y = b.select(b.fcmp_ordered(">=", x, _c(0.0)), r, b.fmul(e, r))
     return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
 

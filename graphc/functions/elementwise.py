@@ -324,8 +324,9 @@ def gelu(x, approximate: bool = False) -> Tensor:
     """Gaussian error linear unit: exact (erf) form, or the tanh approximation."""
     x = _as(x)
     if approximate:
-        c = math.sqrt(2.0 / math.pi)
-        return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * (x * x * x))))
+        # 0.5 x (1 + tanh(u)) == x * sigmoid(2u): the same function with one exp
+        c = 2.0 * math.sqrt(2.0 / math.pi)
+        return x * sigmoid(c * (x + 0.044715 * (x * x * x)))
     return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
 
 
