@@ -10,7 +10,10 @@ from .ir import dtypes
 from .ir.serialize import dumps as graph_dumps
 
 
-def describe_program(program, plan, lowered, native_module, structure) -> dict:
+def describe_program(program, plan, lowered, target: dict, code: dict, structure,
+                     device: str = "cpu") -> dict:
+    """Manifest fields and static sections; `target` describes the machine code was built
+    for, `code` holds its sections (CPU: 'object'; CUDA: 'ptx')."""
     groups = [{"id": g.id, "kind": g.kind, "roots": [r.id for r in g.roots],
                "members": sorted(g.members)} for g in plan.groups]
     names = {b.id: b.name for b in lowered.buffers.values()}
@@ -19,9 +22,8 @@ def describe_program(program, plan, lowered, native_module, structure) -> dict:
                  for b, (lo, hi, size) in lowered.memory.intervals.items()]
     manifest = {
         "graphc_version": runtime_version,
-        "device": "cpu",
-        "target": {"triple": native_module.triple, "cpu": native_module.cpu,
-                   "features": native_module.features},
+        "device": device,
+        "target": target,
         "structure": structure,
         "arena_bytes": lowered.memory.arena_bytes,
         "memory": {"arena_bytes": lowered.memory.arena_bytes,
@@ -32,7 +34,7 @@ def describe_program(program, plan, lowered, native_module, structure) -> dict:
         "graph_name": program.graph.name,
     }
     sections = {
-        "object": bytes(native_module.object_code),
+        **code,
         # variable values live in their own sections
         "graph.json": graph_dumps(program.graph, program.roots(), include_variables=False).encode(),
         "fusion.json": json.dumps({"groups": groups,

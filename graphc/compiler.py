@@ -141,7 +141,10 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
              "memory": memory.describe(lowered.memory, {b.id: b.name for b in
                                                         lowered.buffers.values()})}
     from .artifact_info import describe_program
-    info = describe_program(optimized, plan, lowered, native_module, structure_of(outputs))
+    info = describe_program(optimized, plan, lowered,
+                            {"triple": native_module.triple, "cpu": native_module.cpu,
+                             "features": native_module.features},
+                            {"object": bytes(native_module.object_code)}, structure_of(outputs))
     info["manifest"]["collectives"] = collectives
     exe = Executable(native, rebuild, stats, dumps, device="cpu", module=native_module,
                      info=info)
@@ -220,4 +223,8 @@ def _compile_cuda(graph, optimized, plan, lowered, input_nodes, outputs, rebuild
              "fused": fusion.describe(plan), "ptx": ptx.ptx,
              "memory": memory.describe(lowered.memory, {b.id: b.name for b in
                                                         lowered.buffers.values()})}
-    return Executable(native, rebuild, stats, dumps, device=device)
+    from .artifact_info import describe_program
+    info = describe_program(optimized, plan, lowered, {"arch": ptx.arch},
+                            {"ptx": ptx.ptx.encode()}, structure_of(outputs), device="cuda")
+    info["manifest"]["launches"] = ptx.launches
+    return Executable(native, rebuild, stats, dumps, device=device, info=info)

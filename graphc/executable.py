@@ -61,7 +61,9 @@ class Executable:
         manifest["stats"] = {k: v for k, v in self.stats.items()
                              if isinstance(v, (int, float, str))}
         sections = dict(self._info["sections"])
-        for stage in ("graph", "optimized", "fused", "memory", "llvm", "asm"):
+        stages = ("graph", "optimized", "fused", "memory") + \
+            (("ptx",) if "ptx" in self._dumps else ("llvm", "asm"))
+        for stage in stages:
             sections[f"dump/{stage}"] = self.dump(stage).encode()
         save_program(path, manifest, sections, dict(self._native.variables),
                      self._native.constants)

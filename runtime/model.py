@@ -41,9 +41,13 @@ def bytes_array(blob: bytes, shape, dtype: str, what: str) -> np.ndarray:
 
 def check_target(manifest: dict, label: str) -> None:
     target = manifest["target"]
+    if manifest["device"] == "cuda":
+        if not isinstance(target.get("arch"), str) or not isinstance(manifest.get("launches"),
+                                                                     list):
+            raise ArtifactError(f"{label}: CUDA artifact without an arch or launch table")
+        return                          # checked against the GPU when it first runs
     if manifest["device"] != "cpu":
-        raise ArtifactError(f"{label}: built for device {manifest['device']!r}; this loader "
-                            f"runs CPU artifacts")
+        raise ArtifactError(f"{label}: built for unknown device {manifest['device']!r}")
     b = llvm()
     triple = b.get_process_triple()
     if target.get("triple") != triple:
@@ -85,14 +89,23 @@ class Model:
             if blob is None:
                 raise ArtifactError(f"{label}: constant {k} has no data section")
             constants.append(bytes_array(blob, shape, dtype, f"{label}: constant {k}"))
-        if "object" not in sections:
-            raise ArtifactError(f"{label}: no native code section")
         from .errors import CompileError
-        try:
-            self._native = CpuProgram(sections["object"], signature, manifest["arena_bytes"],
-                                      variables, constants, manifest.get("collectives", []))
-        except CompileError as e:
-            raise ArtifactError(f"{label}: {e}") from None
+        if manifest["device"] == "cuda":
+            if "ptx" not in sections:
+                raise ArtifactError(f"{label}: no PTX section")
+            from .cuda import CudaProgram
+            self._native = CudaProgram(sections["ptx"].decode(errors="replace"),
+                                       manifest["target"]["arch"], manifest["launches"],
+                                       signature, manifest["arena_bytes"], variables, constants)
+        else:
+            if "object" not in sections:
+                raise ArtifactError(f"{label}: no native code section")
+            try:
+                self._native = CpuProgram(sections["object"], signature,
+                                          manifest["arena_bytes"], variables, constants,
+                                          manifest.get("collectives", []))
+            except CompileError as e:
+                raise ArtifactError(f"{label}: {e}") from None
         self.manifest = manifest
         self._sections = sections
         self.signature = signature

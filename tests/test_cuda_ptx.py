@@ -109,3 +109,20 @@ def test_every_primitive_runs_on_the_gpu():
     for o, a, b in zip(outs, got, gc.evaluate(outs, feeds)):
         np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
                                    rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=o.node.op)
+
+
+def test_cuda_artifacts_save_and_load_without_a_gpu(tmp_path):
+    import graphc_runtime
+    with gc.Graph():
+        x = gc.placeholder((8, 5), name="x")
+        w = gc.variable(np.arange(10, dtype=np.float32).reshape(5, 2), name="w")
+        exe = gc.compile({"y": gc.softmax(x @ w)}, updates={w: w * 0.5}, device="cuda")
+    path = str(tmp_path / "gpu.gcx")
+    exe.save(path)
+    model = graphc_runtime.load(path)
+    assert model.manifest["device"] == "cuda" and model.manifest["target"]["arch"] == "sm_80"
+    assert ".entry" in model.dump("ptx")
+    np.testing.assert_array_equal(model.variables["w"], np.arange(10).reshape(5, 2))
+    if not gc.cuda.is_available():
+        with pytest.raises(gc.DeviceError):
+            model(np.ones((8, 5), np.float32))
