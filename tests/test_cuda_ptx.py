@@ -82,8 +82,9 @@ def test_ptx_launch_table_and_cross_compilation():
         exe = gc.compile([gc.softmax(x), x.sum(axis=0)], device="cuda")
     ptx = exe.dump("ptx")
     assert ptx.count(".visible .entry") == exe.stats["kernels"]
+    assert "shfl.sync.bfly" in ptx                  # warp reductions
     launches = exe._native.launches
-    assert [l["threads"] for l in launches] == [300, 70]
+    assert [l["threads"] for l in launches] == [300 * 32, 70 * 32]     # a warp per row
     assert all(l["grid"] * l["block"] >= l["threads"] for l in launches)
     with pytest.raises(gc.CompileError, match="see dump\\('ptx'\\)"):
         exe.dump("llvm")

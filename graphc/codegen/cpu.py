@@ -425,20 +425,32 @@ class Emitter:
                     take = self._arg_better(red.kind, red.acc_dtype, v, cur)
                     b.store(b.select(take, v, cur), acc)
                     b.store(b.select(take, self.index(lin), b.load(idx)), idx)
-            self.loops(k.reduced_vars, body)
+            self.reduced_loops(k.reduced_vars, body)
+            value, position = self.combine_partials(red, b.load(acc),
+                                                    b.load(idx) if idx is not None else None)
             if idx is None:
-                result = self.round_to(b.load(acc), red.acc_dtype, red.dtype)
+                result = self.round_to(value, red.acc_dtype, red.dtype)
             else:
-                result = self.cast_int(b.load(idx), red.dtype)
+                result = self.cast_int(position, red.dtype)
             self.accs[stage] = result
             self.stash.update(mine)
         for e in k.row_values[-1]:
             self.value(e)
-        self.stores(k.row_stores)
+        self.row_stores(k.row_stores)
         if k.full_stores:
-            self.loops(k.reduced_vars, lambda: self.stores(k.full_stores))
+            self.reduced_loops(k.reduced_vars, lambda: self.stores(k.full_stores))
         self.row_lin = None
         self.stash = {}
+
+    # hooks the CUDA lowering overrides (a warp per row there)
+    def reduced_loops(self, vars_, body) -> None:
+        self.loops(vars_, body)
+
+    def combine_partials(self, red, value, position):
+        return value, position
+
+    def row_stores(self, stores) -> None:
+        self.stores(stores)
 
     def dot(self, k: K.DotKernel) -> None:
         b = self.b

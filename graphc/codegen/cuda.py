@@ -1,8 +1,9 @@
 """Lowering of the same kernel IR to NVVM IR and PTX (llvmlite's NVPTX target).
 
 Each kernel becomes a `ptx_kernel` function whose outer loops are one grid-stride loop
-over the flattened iteration space (one thread per element, per row of a reduction, per
-output element of a dot or conv); inner loops are sequential per thread. Float32 math
+over the flattened iteration space (one thread per element, or per output element of a
+dot or conv). Reductions use a warp per row: lanes stride over the row, butterfly
+shuffles combine their partials (ties in argmax keep the first index). Float32 math
 uses the same vectorizable polynomials as the CPU; other math calls libdevice (linked
 from the CUDA toolkit or the nvidia-cuda-nvcc wheel). scatter_add runs as a copy kernel
 and an atomic-add kernel. Compiling needs no GPU; only running does.
@@ -27,8 +28,111 @@ MAX_GRID = 65535 * 4
 PTX_FEATURES = {"sm_80": "+ptx75", "sm_90": "+ptx80"}
 
 
+WARP = 32
+
+
 class GpuEmitter(Emitter):
     per_element_dots = True
+    warp_rows = False          # set while lowering a row kernel: one warp per row
+
+    def kernel(self, k) -> None:
+        if isinstance(k, K.RowKernel):
+            self.warp_rows = True
+            self.warp_loop(k.kept_vars, lambda: self.row(k))
+            self.warp_rows = False
+        else:
+            super().kernel(k)
+
+    def _sreg(self, name):
+        return self.b.zext(self.b.call(self.mb.sreg(name), []), I64)
+
+    def _strided(self, total: int, start, stride, names, body) -> None:
+        """for (i = start; i < total; i += stride) with `names` set from i."""
+        b = self.b
+        pre = b.block
+        head = b.append_basic_block("strided.head")
+        loop = b.append_basic_block("strided.body")
+        done = b.append_basic_block("strided.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_unsigned("<", i, ir.Constant(I64, total)), loop, done)
+        b.position_at_end(loop)
+        rest = i
+        for k, v in enumerate(reversed(names)):
+            n = ir.Constant(I64, v.hi + 1)
+            self.env[v.name] = b.urem(rest, n) if k < len(names) - 1 else rest
+            rest = b.udiv(rest, n)
+        saved = dict(self.cache)
+        body()
+        self.cache = saved
+        i.add_incoming(b.add(i, stride), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def warp_loop(self, vars_, body) -> None:
+        """Rows spread over warps (grid-stride by warp)."""
+        real = [v for v in vars_ if isinstance(v, ix.IVar)]
+        b = self.b
+        gid = b.add(b.mul(self._sreg("ctaid.x"), self._sreg("ntid.x")), self._sreg("tid.x"))
+        warps = b.udiv(b.mul(self._sreg("nctaid.x"), self._sreg("ntid.x")),
+                       ir.Constant(I64, WARP))
+        self.lane = b.urem(self._sreg("tid.x"), ir.Constant(I64, WARP))
+        self._strided(_extent(real), b.udiv(gid, ir.Constant(I64, WARP)), warps, real, body)
+
+    def reduced_loops(self, vars_, body) -> None:
+        if not self.warp_rows:
+            return super().reduced_loops(vars_, body)
+        real = [v for v in vars_ if isinstance(v, ix.IVar)]
+        self._strided(_extent(real), self.lane, ir.Constant(I64, WARP), real, body)
+
+    def combine_partials(self, red, value, position):
+        """Butterfly shuffles: every lane ends with the whole row's result."""
+        if not self.warp_rows:
+            return value, position
+        for offset in (16, 8, 4, 2, 1):
+            other = self._shuffle(value, offset)
+            if position is None:
+                value = self._combine(red.kind, red.acc_dtype, value, other)
+            else:
+                other_pos = self._shuffle(position, offset)
+                b = self.b
+                better = self._arg_better(red.kind, red.acc_dtype, other, value)
+                same = b.and_(b.not_(self._arg_better(red.kind, red.acc_dtype, value, other)),
+                              b.icmp_signed("<", other_pos, position))
+                take = b.or_(better, same)        # ties: the first index wins
+                value = b.select(take, other, value)
+                position = b.select(take, other_pos, position)
+        return value, position
+
+    def _shuffle(self, value, offset):
+        """__shfl_xor_sync(0xffffffff, value, offset) for 1..64-bit values."""
+        b = self.b
+        ty = value.type
+        fn = self.mb.shfl()
+        full, clamp = ir.Constant(I32, -1), ir.Constant(I32, 0x1F)
+        lane = ir.Constant(I32, offset)
+        if ty == ir.FloatType():
+            return b.bitcast(b.call(fn, [full, b.bitcast(value, I32), lane, clamp]), ty)
+        if isinstance(ty, ir.IntType) and ty.width <= 32:
+            wide = b.zext(value, I32) if ty.width < 32 else value
+            out = b.call(fn, [full, wide, lane, clamp])
+            return b.trunc(out, ty) if ty.width < 32 else out
+        bits = b.bitcast(value, I64) if ty == ir.DoubleType() else value
+        lo = b.call(fn, [full, b.trunc(bits, I32), lane, clamp])
+        hi = b.call(fn, [full, b.trunc(b.lshr(bits, ir.Constant(I64, 32)), I32), lane, clamp])
+        joined = b.or_(b.zext(lo, I64), b.shl(b.zext(hi, I64), ir.Constant(I64, 32)))
+        return b.bitcast(joined, ty) if ty == ir.DoubleType() else joined
+
+    def row_stores(self, stores) -> None:
+        if not self.warp_rows:
+            return super().row_stores(stores)
+        b = self.b
+        values = [self.value(s.value) for s in stores]
+        with b.if_then(b.icmp_unsigned("==", self.lane, ir.Constant(I64, 0))):
+            for s, v in zip(stores, values):
+                self.store(s.buffer, s.index, v)
 
     def outer_loops(self, vars_, body) -> None:
         """for (i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)."""
@@ -81,6 +185,12 @@ class CudaModuleBuilder(ModuleBuilder):
         self.launches: list = []          # (function name, total threads, buffers)
         self.uses_libdevice = False
 
+    def shfl(self):
+        name = "llvm.nvvm.shfl.sync.bfly.i32"
+        if name in self.module.globals:
+            return self.module.globals[name]
+        return ir.Function(self.module, ir.FunctionType(I32, [I32, I32, I32, I32]), name)
+
     def sreg(self, name: str):
         full = f"llvm.nvvm.read.ptx.sreg.{name}"
         if full in self.module.globals:
@@ -130,6 +240,8 @@ class CudaModuleBuilder(ModuleBuilder):
         else:
             em.kernel(kernel)
             total = _extent(_outer_vars(kernel))
+            if isinstance(kernel, K.RowKernel):
+                total *= WARP                 # a warp per row
         builder.ret_void()
         self.launches.append((name, total, bufs))
 
