@@ -127,3 +127,19 @@ def test_cuda_artifacts_save_and_load_without_a_gpu(tmp_path):
     if not gc.cuda.is_available():
         with pytest.raises(gc.DeviceError):
             model(np.ones((8, 5), np.float32))
+
+
+@needs_ptxas
+def test_dots_use_shared_memory_tiles_within_limits(tmp_path):
+    with gc.Graph():
+        a = gc.placeholder((70, 45), name="a")
+        w = gc.placeholder((45, 33), name="w")
+        c = gc.placeholder((33,), name="c")
+        exe = gc.compile(gc.relu(a @ w + c), device="cuda", arch="sm_90")
+    ptx = exe.dump("ptx")
+    assert ".shared" in ptx and "bar.sync" in ptx
+    report = ptxas(ptx, "sm_90", tmp_path)
+    smem = [int(v) for v in re.findall(r"(\d+) bytes smem", report)]
+    assert smem and max(smem) <= 48 * 1024
+    launch = exe._native.launches[0]
+    assert launch["block"] == 256 and launch["grid"] == 5 * 3      # 16x16 tiles of 70x33

@@ -29,6 +29,13 @@ PTX_FEATURES = {"sm_80": "+ptx75", "sm_90": "+ptx80"}
 
 
 WARP = 32
+TILE = 16          # tiled GEMM: TILE x TILE threads per block, one output element each
+
+
+def tiled(k: "K.DotKernel") -> bool:
+    """Dots with one m, n and k dimension run as shared-memory tiles."""
+    real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+    return len(real(k.m_vars)) == 1 and len(real(k.n_vars)) == 1 and len(real(k.k_vars)) == 1
 
 
 class GpuEmitter(Emitter):
@@ -40,6 +47,8 @@ class GpuEmitter(Emitter):
             self.warp_rows = True
             self.warp_loop(k.kept_vars, lambda: self.row(k))
             self.warp_rows = False
+        elif isinstance(k, K.DotKernel) and tiled(k):
+            self.tiled_dot(k)
         else:
             super().kernel(k)
 
@@ -166,6 +175,66 @@ class GpuEmitter(Emitter):
         b.branch(head)
         b.position_at_end(done)
 
+    def tiled_dot(self, k: K.DotKernel) -> None:
+        """C tile of TILE x TILE per block (one element per thread), A and B staged through
+        shared memory TILE columns of K at a time; the epilogue runs per element."""
+        b = self.b
+        T = TILE
+        real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+        (mv,), (nv,), (kv,) = real(k.m_vars), real(k.n_vars), real(k.k_vars)
+        M, N, Kd = mv.hi + 1, nv.hi + 1, kv.hi + 1
+        batch = real(k.batch_vars)
+        acc_ty = COMPUTE[k.acc_dtype]
+        a_s = self.mb.shared(f"{self.fn.name}_a", acc_ty, T * T)
+        b_s = self.mb.shared(f"{self.fn.name}_b", acc_ty, T * T)
+        tid = self._sreg("tid.x")
+        row = b.udiv(tid, ir.Constant(I64, T))
+        col = b.urem(tid, ir.Constant(I64, T))
+        mt, nt = -(-M // T), -(-N // T)
+        tiles = _extent(batch) * mt * nt
+        tile_vars = batch + [ix.IVar(0, mt - 1, "tile_m"), ix.IVar(0, nt - 1, "tile_n")]
+        barrier = self.mb.barrier()
+        const = lambda v: ir.Constant(I64, v)
+
+        def staged(expr, dtype, r, c, r_lim, c_lim, r_name, c_name, dest):
+            ok = b.and_(b.icmp_unsigned("<", r, const(r_lim)), b.icmp_unsigned("<", c, const(c_lim)))
+            self.env[r_name] = b.select(ok, r, const(0))
+            self.env[c_name] = b.select(ok, c, const(0))
+            saved = dict(self.cache)
+            v = self.convert_value(self.value(expr), dtype, k.acc_dtype)
+            self.cache = saved
+            b.store(b.select(ok, v, ir.Constant(acc_ty, 0)), b.gep(dest, [const(0), tid]))
+
+        def tile():
+            m = b.add(b.mul(self.env["tile_m"], const(T)), row)
+            n = b.add(b.mul(self.env["tile_n"], const(T)), col)
+            acc = self._alloca(acc_ty)
+            b.store(ir.Constant(acc_ty, 0), acc)
+
+            def k_step():
+                k0 = b.mul(self.env["kt"], const(T))
+                staged(k.lhs, k.lhs.dtype, m, b.add(k0, col), M, Kd, mv.name, kv.name, a_s)
+                staged(k.rhs, k.rhs.dtype, b.add(k0, row), n, Kd, N, kv.name, nv.name, b_s)
+                b.call(barrier, [])
+                for i in range(T):
+                    x = b.load(b.gep(a_s, [const(0), b.add(b.mul(row, const(T)), const(i))]))
+                    y = b.load(b.gep(b_s, [const(0), b.add(const(i * T), col)]))
+                    b.store(self._fma(x, y, b.load(acc), k.acc_dtype), acc)
+                b.call(barrier, [])
+            self.loops([ix.IVar(0, -(-Kd // T) - 1, "kt")], k_step)
+            inside = b.and_(b.icmp_unsigned("<", m, const(M)), b.icmp_unsigned("<", n, const(N)))
+            with b.if_then(inside):
+                self.env[mv.name], self.env[nv.name] = m, n
+                saved = dict(self.cache)
+                self.accs[0] = self.round_to(b.load(acc), k.acc_dtype, k.out.dtype)
+                self.cache = {}
+                self.store(k.out, k.out_index, self.accs[0])
+                self.stores(k.epilogue)
+                self.cache = saved
+
+        blocks = b.mul(self._sreg("nctaid.x"), const(1))
+        self._strided(tiles, self._sreg("ctaid.x"), blocks, tile_vars, tile)
+
     def atomic_scatter(self, k: K.ScatterKernel) -> None:
         dtype = k.out.dtype
         if dtype not in ("float32", "float64", "int32", "int64"):
@@ -184,6 +253,20 @@ class CudaModuleBuilder(ModuleBuilder):
         self.arch = arch
         self.launches: list = []          # (function name, total threads, buffers)
         self.uses_libdevice = False
+
+    def shared(self, name: str, ty, count: int):
+        """A block-shared array (address space 3)."""
+        gv = ir.GlobalVariable(self.module, ir.ArrayType(ty, count), name, addrspace=3)
+        gv.linkage = "internal"
+        gv.initializer = ir.Constant(ir.ArrayType(ty, count), None)
+        gv.align = 16
+        return gv
+
+    def barrier(self):
+        name = "llvm.nvvm.barrier0"
+        if name in self.module.globals:
+            return self.module.globals[name]
+        return ir.Function(self.module, ir.FunctionType(VOID, []), name)
 
     def shfl(self):
         name = "llvm.nvvm.shfl.sync.bfly.i32"
@@ -242,6 +325,11 @@ class CudaModuleBuilder(ModuleBuilder):
             total = _extent(_outer_vars(kernel))
             if isinstance(kernel, K.RowKernel):
                 total *= WARP                 # a warp per row
+            elif isinstance(kernel, K.DotKernel) and tiled(kernel):
+                real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+                mt = -(-(real(kernel.m_vars)[0].hi + 1) // TILE)
+                nt = -(-(real(kernel.n_vars)[0].hi + 1) // TILE)
+                total = _extent(kernel.batch_vars) * mt * nt * TILE * TILE
         builder.ret_void()
         self.launches.append((name, total, bufs))
 
@@ -319,6 +407,7 @@ class PtxProgram:
         self.ptx = tm.emit_assembly(module)
         self.launches = [{"kernel": name_, "threads": total,
                           "block": BLOCK, "grid": max(1, min(math.ceil(total / BLOCK), MAX_GRID)),
+                          # (tiled dots need BLOCK == TILE * TILE threads per block)
                           "buffers": [_where(buf, lowered) for buf in bufs]}
                          for name_, total, bufs in mb.launches]
 
