@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime.device_array import DeviceArray
 from graphc_runtime.errors import DeviceError
 
 
@@ -34,21 +35,6 @@ cuda = _Cuda()
 def devices() -> list[str]:
     """Names of the devices present: 'cpu', then 'cuda:0', 'cuda:1', ..."""
     return ["cpu"] + [f"cuda:{k}" for k in range(cuda.device_count())]
-
-
-class DeviceArray:
-    """An array resident on a device: `.numpy()` copies it to the host."""
-
-    def __init__(self, data, device: str, shape, dtype):
-        self._data, self.device, self.shape, self.dtype = data, device, tuple(shape), dtype
-
-    def numpy(self) -> np.ndarray:
-        if self.device == "cpu":
-            return np.array(self._data, copy=True)
-        return self._data.get()
-
-    def __repr__(self) -> str:
-        return f"DeviceArray({self.dtype}{list(self.shape)} on {self.device})"
 
 
 def to_device(array, device: str = "cuda") -> DeviceArray:
