@@ -146,34 +146,10 @@ class GpuEmitter(Emitter):
     def outer_loops(self, vars_, body) -> None:
         """for (i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride)."""
         real = [v for v in vars_ if isinstance(v, ix.IVar)]
-        total = 1
-        for v in real:
-            total *= v.hi + 1
         b = self.b
-        sreg = lambda name: b.zext(b.call(self.mb.sreg(name), []), I64)
-        start = b.add(b.mul(sreg("ctaid.x"), sreg("ntid.x")), sreg("tid.x"))
-        stride = b.mul(sreg("nctaid.x"), sreg("ntid.x"))
-        pre = b.block
-        head = b.append_basic_block("grid.head")
-        loop = b.append_basic_block("grid.body")
-        done = b.append_basic_block("grid.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, "gid")
-        i.add_incoming(start, pre)
-        b.cbranch(b.icmp_unsigned("<", i, ir.Constant(I64, total)), loop, done)
-        b.position_at_end(loop)
-        rest = i
-        for k, v in enumerate(reversed(real)):
-            n = ir.Constant(I64, v.hi + 1)
-            self.env[v.name] = b.urem(rest, n) if k < len(real) - 1 else rest
-            rest = b.udiv(rest, n)
-        saved = dict(self.cache)
-        body()
-        self.cache = saved
-        i.add_incoming(b.add(i, stride), b.block)
-        b.branch(head)
-        b.position_at_end(done)
+        start = b.add(b.mul(self._sreg("ctaid.x"), self._sreg("ntid.x")), self._sreg("tid.x"))
+        stride = b.mul(self._sreg("nctaid.x"), self._sreg("ntid.x"))
+        self._strided(_extent(real), start, stride, real, body)
 
     def tiled_dot(self, k: K.DotKernel) -> None:
         """C tile of TILE x TILE per block (one element per thread), A and B staged through
