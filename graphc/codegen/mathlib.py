@@ -20,11 +20,16 @@ def _i(v):
     return ir.Constant(I32, int(v))
 
 
+def _fma(b, x, y, z):
+    """x * y + z, fused where the target has FMA (llvm.fmuladd)."""
+    return b.call(_declare(b, "llvm.fmuladd", 3), [x, y, z])
+
+
 def _poly(b, x, coefs):
-    """Horner: ((c0 * x + c1) * x + c2) ..."""
+    """Horner: ((c0 * x + c1) * x + c2) ..., with fused multiply-adds."""
     acc = _c(coefs[0])
     for c in coefs[1:]:
-        acc = b.fadd(b.fmul(acc, x), _c(c))
+        acc = _fma(b, acc, x, _c(c))
     return acc
 
 
@@ -39,7 +44,7 @@ def exp_f32(b: ir.IRBuilder, x):
     xc = b.call(_minmax(b, "llvm.minnum"), [x, _c(hi_limit)])
     xc = b.call(_minmax(b, "llvm.maxnum"), [xc, _c(lo_limit)])
     n = b.call(_unary(b, "llvm.rint"), [b.fmul(xc, _c(log2e))])
-    r = b.fsub(b.fsub(xc, b.fmul(n, _c(ln2_hi))), b.fmul(n, _c(ln2_lo)))
+    r = _fma(b, n, _c(-ln2_lo), _fma(b, n, _c(-ln2_hi), xc))
     z = b.fmul(r, r)
     p = _poly(b, r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
                      1.6666665459e-1, 5.0000001201e-1])
