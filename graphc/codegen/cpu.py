@@ -1008,7 +1008,7 @@ class Emitter:
         return self.round_to(out, "float32", dtype) if dtype in ("float16", "bfloat16") else out
 
 
-PARALLEL_MIN_WORK = 1 << 20      # elements a kernel must touch before threads pay off
+PARALLEL_MIN_WORK = 1 << 22      # elements a kernel must touch before threads pay off
 # (starting and joining a thread costs tens of microseconds, and BLAS calls keep their
 # worker threads spinning for a while, so small kernels run on the calling thread)
 
