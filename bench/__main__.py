@@ -86,7 +86,6 @@ def cnn_graph(batch=64, seed=0):
 
 
 def workloads(args, data):
-    n = args.n
     x, a, b = data["x"], data["a"], data["b"]
     out = []
     with gc.Graph("w1"):

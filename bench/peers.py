@@ -61,7 +61,6 @@ def _numpy(key, d):
 
 def _jax(key, d):
     import jax
-    import jax.numpy as jnp
     put = jax.device_put
     if key in ("W1", "W2", "W3"):
         x, a, b = put(d["x"]), put(d["a"]), put(d["b"])

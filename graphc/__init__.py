@@ -9,7 +9,6 @@ from graphc_runtime.errors import (ArtifactError, CompileError, DeviceError, DTy
 from . import random
 from .api import Tensor, as_tensor, constant, evaluate, placeholder, variable
 from .functions import *  # noqa: F401,F403
-from .functions import __dict__ as _fn_namespace
 from .ir import Graph, reset_default_graph
 from .ir.dtypes import ALL_DTYPES as dtypes_supported
 

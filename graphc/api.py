@@ -6,7 +6,6 @@ dtype conversions that numpy semantics imply.
 """
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np

@@ -6,7 +6,6 @@ import json
 
 from graphc_runtime import __version__ as runtime_version
 
-from .ir import dtypes
 from .ir.serialize import dumps as graph_dumps
 
 

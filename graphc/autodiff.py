@@ -17,7 +17,6 @@ from .api import Tensor, as_tensor, bind
 from .ir import dtypes
 from .ir.primitive import lookup
 from .ir.source import user_location
-from .ir.ops.linalg import conv_output_size
 
 
 # -- helpers ------------------------------------------------------------------------

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
-
 from graphc_runtime import collectives as _coll
 from graphc_runtime.errors import GraphcError
 

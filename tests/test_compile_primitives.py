@@ -1,6 +1,4 @@
 """Every primitive compiled for the CPU equals the reference interpreter."""
-import math
-
 import numpy as np
 import pytest
 

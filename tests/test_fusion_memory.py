@@ -6,7 +6,7 @@ import pytest
 
 import graphc as gc
 
-from compiled import assert_matches, check_compiled
+from compiled import check_compiled
 
 
 def rand(shape, seed=0, dtype=np.float32):

@@ -91,7 +91,7 @@ def test_loader_rejects_malformed_and_tampered_json():
 def test_printer_is_hlo_like(graph):
     x = gc.placeholder((256, 784), name="x")
     w = gc.variable(np.zeros((784, 10), np.float32), name="w")
-    y = gc.relu(x @ w)
+    gc.relu(x @ w)
     text = format_graph(graph, with_location=True)
     lines = text.splitlines()
     assert lines[0] == "graph test {" and lines[-1] == "}"
@@ -99,6 +99,6 @@ def test_printer_is_hlo_like(graph):
     assert "%1 = variable() {name=w} : f32[784,10]" in text
     assert "%2 = dot_general(%0, %1) {lhs_contracting=(1,), rhs_contracting=(0,), " \
            "lhs_batch=(), rhs_batch=()} : f32[256,10]" in text
-    assert f"max(%2, %4) : f32[256,10]" in text
+    assert "max(%2, %4) : f32[256,10]" in text
     assert "test_serialize_and_print.py:" in text
     assert str(graph) == format_graph(graph)

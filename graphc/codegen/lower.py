@@ -188,7 +188,6 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
     order = list(nx.lexicographical_topological_sort(deps, key=lambda key: position[key]))
     kernels = [kernel_of[key] for key in order]
     kgroups = [key for key in order]
-    step = {id(k): t for t, k in enumerate(kernels)}
     first, last, sizes = {}, {}, {}
     for t, k in enumerate(kernels):
         for s in K.kernel_stores(k):

@@ -70,7 +70,6 @@ def _per_output_position(b: Builder, node, x, w):
     o = w.shape[0]
     window = w.shape[2:]
     out_sp = node.shape[2:]
-    nsp = len(window)
     xp = _padded(b, x, a["padding"])
     q = int(np.prod(window, dtype=np.int64))
     slabs = []

@@ -77,7 +77,6 @@ def _op_cost(node: Node) -> int:
 
 def plan(program: Program, fuse: bool = True) -> FusionPlan:
     nodes = program.live_nodes()
-    live = {n.id for n in nodes}
     users: dict[int, list[Node]] = {n.id: [] for n in nodes}
     for n in nodes:
         for i in n.inputs:
@@ -95,7 +94,6 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
         row_shapes[n.id] = set().union(*(row_shapes[i.id] for i in n.inputs)) \
             if n.inputs else set()
         if c == "reduce":
-            shape, axes = K.reduction_signature(n)
             row_shapes[n.id] = row_shapes[n.id] | {n.size}
         if c in ("buffer", "inline"):
             pure_view[n.id] = c == "buffer"

@@ -126,7 +126,6 @@ def _conv_impl(args, attrs, node):
     x, w = args
     compute = dtypes.to_numpy(dtypes.compute_dtype(node.dtype))
     x, w = x.astype(compute, copy=False), w.astype(compute, copy=False)
-    nsp = x.ndim - 2
     strides, pad = attrs["window_strides"], attrs["padding"]
     ldil, rdil, groups = attrs["lhs_dilation"], attrs["rhs_dilation"], attrs["feature_group_count"]
     # dilate the input
