@@ -53,6 +53,11 @@ def to_device(array, device: str = "cuda") -> DeviceArray:
                           f"GPU, its driver and the 'cuda' extra, pycuda)")
     if not 0 <= k < count:
         raise DeviceError(f"device {device!r}: there are {count} CUDA device(s)")
-    import pycuda.autoinit  # noqa: F401  (creates a context on device 0)
     import pycuda.gpuarray as gpuarray
-    return DeviceArray(gpuarray.to_gpu(array), f"cuda:{k}", array.shape, str(array.dtype))
+    from graphc_runtime.cuda import context
+    ctx = context(k)                  # the primary context, shared with executables
+    ctx.push()
+    try:
+        return DeviceArray(gpuarray.to_gpu(array), f"cuda:{k}", array.shape, str(array.dtype))
+    finally:
+        ctx.pop()

@@ -31,6 +31,19 @@ def _driver():
     return drv
 
 
+_primary = {}
+
+
+def context(device: int = 0):
+    """The device's primary context (shared with other CUDA libraries), retained once."""
+    drv = _driver()
+    if device not in _primary:
+        if not 0 <= device < drv.Device.count():
+            raise DeviceError(f"there is no CUDA device {device}")
+        _primary[device] = drv.Device(device).retain_primary_context()
+    return _primary[device]
+
+
 class CudaProgram:
     def __init__(self, ptx: str, arch: str, launches: list, signature, arena_bytes: int,
                  variables: dict, constants: list):
@@ -52,7 +65,8 @@ class CudaProgram:
             return self._state
         drv = _driver()
         import pycuda.gpuarray as gpuarray
-        ctx = drv.Device(0).make_context()
+        ctx = context(0)
+        ctx.push()
         try:
             module = drv.module_from_buffer(self.ptx.encode())
             functions = [module.get_function(l["kernel"]) for l in self.launches]

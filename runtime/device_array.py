@@ -13,7 +13,13 @@ class DeviceArray:
     def numpy(self) -> np.ndarray:
         if self.device == "cpu":
             return np.array(self._data, copy=True)
-        return self._data.get()
+        from .cuda import context
+        ctx = context(int(self.device.partition(":")[2] or 0))
+        ctx.push()
+        try:
+            return self._data.get()
+        finally:
+            ctx.pop()
 
     def __repr__(self) -> str:
         return f"DeviceArray({self.dtype}{list(self.shape)} on {self.device})"
