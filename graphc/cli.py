@@ -212,11 +212,10 @@ def cmd_compile(args) -> int:
 
 def cmd_bench(args) -> int:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    script = os.path.join(here, "bench", "fusion.py")
-    if not os.path.isfile(script):
+    if not os.path.isfile(os.path.join(here, "bench", "__main__.py")):
         raise CliError("the benchmarks live in the source checkout's bench/ folder, which "
                        "this installation does not have")
-    return subprocess.call([sys.executable, script] + list(args.rest))
+    return subprocess.call([sys.executable, "-m", "bench"] + list(args.rest), cwd=here)
 
 
 def build_parser() -> argparse.ArgumentParser:
