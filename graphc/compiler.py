@@ -25,6 +25,7 @@ def default_pipeline():
     """The graph passes, in order: name and function."""
     return [("simplify", passes.simplify), ("constant_fold", passes.constant_fold),
             ("cse", passes.cse), ("conv_to_gemm", passes.conv_to_gemm),
+            ("split_reductions", passes.split_reductions),
             ("simplify_again", passes.simplify), ("dce", passes.dce)]
 
 

@@ -50,3 +50,19 @@ def test_thread_count_from_the_environment(monkeypatch):
         x = gc.placeholder((4,), name="x")
         with pytest.raises(gc.CompileError, match="num_threads must be a positive int"):
             gc.compile(x * 2, num_threads=0)
+
+
+def test_long_reductions_are_split_and_shared_by_threads():
+    x = np.random.default_rng(1).standard_normal((2, 1 << 21)).astype(np.float32)
+    with gc.Graph():
+        p = gc.placeholder(x.shape, name="x")
+        outs = [p.sum(axis=1), p.max(axis=1), (p * p).sum()]
+        one = gc.compile(outs, num_threads=1)
+        two = gc.compile(outs, num_threads=2)
+    assert "split_reductions" in two.stats["pass_seconds"]
+    assert "pthread_create" in two.dump("llvm")
+    a, b = one(x), two(x)
+    for u, v in zip(a, b):
+        np.testing.assert_array_equal(u, v)
+    np.testing.assert_allclose(a[0], x.astype(np.float64).sum(axis=1), rtol=1e-5)
+    np.testing.assert_array_equal(a[1], x.max(axis=1))

@@ -4,5 +4,6 @@ from .conv_to_gemm import conv_to_gemm
 from .cse import cse
 from .dce import dce
 from .simplify import simplify
+from .split_reductions import split_reductions
 
-__all__ = ["constant_fold", "conv_to_gemm", "cse", "dce", "simplify"]
+__all__ = ["constant_fold", "conv_to_gemm", "cse", "dce", "simplify", "split_reductions"]
