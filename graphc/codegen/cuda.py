@@ -20,7 +20,8 @@ from graphc_runtime.errors import CompileError
 
 from . import index as ix
 from . import kernel as K
-from .cpu import COMPUTE, I32, I64, STORAGE, VOID, Emitter, ModuleBuilder, _aliased_buffers
+from .cpu import (COMPUTE, I32, I64, STORAGE, VOID, Emitter, ModuleBuilder, _aliased_buffers,
+                  _extent)
 
 TRIPLE = "nvptx64-nvidia-cuda"
 BLOCK = 256
@@ -320,14 +321,6 @@ def _outer_vars(kernel):
     if isinstance(kernel, K.ConvKernel):
         return kernel.out_vars
     raise CompileError(f"no CUDA lowering for {type(kernel).__name__}")
-
-
-def _extent(vars_) -> int:
-    n = 1
-    for v in vars_:
-        if isinstance(v, ix.IVar):
-            n *= v.hi + 1
-    return n
 
 
 def libdevice_path() -> str | None:
