@@ -269,6 +269,23 @@ def _graph_of(tensors: list[Tensor]) -> Graph:
     return next(iter(graphs.values()))
 
 
+def checked_updates(updates: dict | None) -> tuple[list, list]:
+    """(variables, new values as Tensors) of an `updates` dict, checked: keys are
+    variables, each new value has its variable's shape and dtype."""
+    upd_vars, upd_vals = [], []
+    for v, value in (updates or {}).items():
+        if not isinstance(v, Tensor) or v.node.op != "variable":
+            raise GraphcError(f"updates keys must be variables, got {v!r}", user_location())
+        nv = as_tensor(value, graph=v.graph)
+        if nv.shape != v.shape or nv.dtype != v.dtype:
+            raise ShapeError(f"update of variable {v.name!r}: new value is "
+                             f"{nv.node.type_str()}, the variable is {v.node.type_str()}",
+                             user_location())
+        upd_vars.append(v)
+        upd_vals.append(nv)
+    return upd_vars, upd_vals
+
+
 def evaluate(outputs, feeds: dict | None = None, updates: dict | None = None):
     """Run the numpy reference interpreter on `outputs` (Tensor, list or dict).
 
@@ -278,16 +295,7 @@ def evaluate(outputs, feeds: dict | None = None, updates: dict | None = None):
     """
     from .ir.interpreter import run
     flat, rebuild = flatten_outputs(outputs)
-    updates = updates or {}
-    update_vars = list(updates)
-    for v in update_vars:
-        if not isinstance(v, Tensor) or v.node.op != "variable":
-            raise GraphcError(f"updates keys must be variables, got {v!r}", user_location())
-    new_values = [as_tensor(updates[v], graph=v.graph) for v in update_vars]
-    for v, nv in zip(update_vars, new_values):
-        if nv.shape != v.shape or nv.dtype != v.dtype:
-            raise ShapeError(f"update of variable {v.name!r} has type {nv.node.type_str()}, "
-                             f"the variable is {v.node.type_str()}", user_location())
+    update_vars, new_values = checked_updates(updates)
     everything = flat + new_values
     if not everything:
         return rebuild([])

@@ -80,9 +80,7 @@ class Target:
             m = self.model
             return m.graph_json(), m.fusion_plan(), m.manifest.get("memory", {}), m.manifest
         info = self.exe._info
-        manifest = dict(info["manifest"], signature=self.exe._native.signature.to_json(),
-                        stats={k: v for k, v in self.exe.stats.items()
-                               if isinstance(v, (int, float, str))})
+        manifest = self.exe.manifest()
         return (info["sections"]["graph.json"].decode(),
                 json.loads(info["sections"]["fusion.json"].decode()), manifest["memory"],
                 manifest)

@@ -5,10 +5,10 @@ import os
 import time
 
 from graphc_runtime.cpu import CpuProgram, Signature
-from graphc_runtime.errors import CompileError, DeviceError, GraphcError, ShapeError
+from graphc_runtime.errors import CompileError, DeviceError, GraphcError
 
 from . import passes
-from .api import Tensor, as_tensor, flatten_outputs, _graph_of, structure_of
+from .api import Tensor, checked_updates, flatten_outputs, _graph_of, structure_of
 from .codegen import cpu as cpu_codegen
 from .codegen.lower import lower
 from .executable import Executable
@@ -60,17 +60,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
         raise CompileError(f"num_threads must be a positive int, got {num_threads!r}", loc)
 
     flat, rebuild = flatten_outputs(outputs)
-    updates = updates or {}
-    upd_vars, upd_vals = [], []
-    for v, value in updates.items():
-        if not isinstance(v, Tensor) or v.node.op != "variable":
-            raise GraphcError(f"updates keys must be variables, got {v!r}", loc)
-        nv = as_tensor(value, graph=v.graph)
-        if nv.shape != v.shape or nv.dtype != v.dtype:
-            raise ShapeError(f"update of variable {v.name!r}: new value is "
-                             f"{nv.node.type_str()}, the variable is {v.node.type_str()}", loc)
-        upd_vars.append(v)
-        upd_vals.append(nv)
+    upd_vars, upd_vals = checked_updates(updates)
     everything = flat + upd_vals
     if not everything:
         raise CompileError("nothing to compile: no outputs and no updates", loc)
@@ -124,23 +114,8 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
                         {name: graph.variables[name] for name in lowered.variables},
                         [c for _, c in lowered.constants], collectives)
 
-    stats = {
-        "kernels": len(lowered.kernels),
-        "fusion_groups": len(plan.groups),
-        "arena_bytes": lowered.memory.arena_bytes,
-        "live_bytes_lower_bound": lowered.memory.live_bytes_lower_bound,
-        "naive_bytes": lowered.naive_bytes,
-        "compile_seconds": time.perf_counter() - start,
-        "pass_seconds": seconds,
-        "kernel_bytes": [{"kernel": n, "read": r, "written": w} for n, r, w in lowered.traffic],
-        "in_place_updates": list(lowered.in_place_updates),
-        "copied_updates": list(lowered.copied_updates),
-        "num_threads": num_threads,
-    }
-    dumps = {"graph": pm.dumps["input"], "optimized": pm.dumps["dce"],
-             "fused": fusion.describe(plan), "llvm": native_module.optimized_ir,
-             "memory": memory.describe(lowered.memory, {b.id: b.name for b in
-                                                        lowered.buffers.values()})}
+    stats = _stats(plan, lowered, len(lowered.kernels), seconds, start, num_threads=num_threads)
+    dumps = _dumps(pm, plan, lowered, llvm=native_module.optimized_ir)
     from .artifact_info import describe_program
     info = describe_program(optimized, plan, lowered,
                             {"triple": native_module.triple, "cpu": native_module.cpu,
@@ -152,6 +127,32 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     if options.get("distributed") is not None:
         options["distributed"].setup(exe, optimized)
     return exe
+
+
+def _stats(plan, lowered, kernels: int, seconds: dict, start: float, **extra) -> dict:
+    """Executable.stats: kernel count, memory figures, per-pass and total compile time."""
+    return {
+        "kernels": kernels,
+        "fusion_groups": len(plan.groups),
+        "arena_bytes": lowered.memory.arena_bytes,
+        "live_bytes_lower_bound": lowered.memory.live_bytes_lower_bound,
+        "naive_bytes": lowered.naive_bytes,
+        "compile_seconds": time.perf_counter() - start,
+        "pass_seconds": seconds,
+        "kernel_bytes": [{"kernel": n, "read": r, "written": w} for n, r, w in lowered.traffic],
+        "in_place_updates": list(lowered.in_place_updates),
+        "copied_updates": list(lowered.copied_updates),
+        **extra,
+    }
+
+
+def _dumps(pm, plan, lowered, **code) -> dict:
+    """Text of every stage; `code` adds the backend's (llvm= or ptx=)."""
+    return {"graph": pm.dumps["input"], "optimized": pm.dumps["dce"],
+            "fused": fusion.describe(plan),
+            "memory": memory.describe(lowered.memory, {b.id: b.name for b in
+                                                       lowered.buffers.values()}),
+            **code}
 
 
 def output_names(outputs, count: int) -> list:
@@ -212,18 +213,8 @@ def _compile_cuda(graph, optimized, plan, lowered, input_nodes, outputs, rebuild
     native = CudaProgram(ptx.ptx, ptx.arch, ptx.launches, sig, lowered.memory.arena_bytes,
                          {name: graph.variables[name] for name in lowered.variables},
                          [c for _, c in lowered.constants])
-    stats = {"kernels": len(ptx.launches), "fusion_groups": len(plan.groups),
-             "arena_bytes": lowered.memory.arena_bytes,
-             "live_bytes_lower_bound": lowered.memory.live_bytes_lower_bound,
-             "naive_bytes": lowered.naive_bytes, "compile_seconds": time.perf_counter() - start,
-             "pass_seconds": seconds,
-             "kernel_bytes": [{"kernel": n, "read": r, "written": w} for n, r, w in lowered.traffic],
-             "in_place_updates": list(lowered.in_place_updates),
-             "copied_updates": list(lowered.copied_updates), "arch": ptx.arch}
-    dumps = {"graph": pm.dumps["input"], "optimized": pm.dumps["dce"],
-             "fused": fusion.describe(plan), "ptx": ptx.ptx,
-             "memory": memory.describe(lowered.memory, {b.id: b.name for b in
-                                                        lowered.buffers.values()})}
+    stats = _stats(plan, lowered, len(ptx.launches), seconds, start, arch=ptx.arch)
+    dumps = _dumps(pm, plan, lowered, ptx=ptx.ptx)
     from .artifact_info import describe_program
     info = describe_program(optimized, plan, lowered, {"arch": ptx.arch},
                             {"ptx": ptx.ptx.encode()}, structure_of(outputs), device="cuda")

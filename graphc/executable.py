@@ -48,18 +48,22 @@ class Executable:
             return self._module.assembly()
         return self._dumps[stage]
 
+    def manifest(self) -> dict:
+        """What an artifact of this executable records (signature, target, memory plan,
+        scalar stats...)."""
+        if self._info is None:
+            raise CompileError(f"saving {self.device} executables is not supported yet")
+        return dict(self._info["manifest"], signature=self._native.signature.to_json(),
+                    stats={k: v for k, v in self.stats.items()
+                           if isinstance(v, (int, float, str))})
+
     def save(self, path: str) -> None:
         """Write the compiled program and its current variables as an artifact that
         `graphc_runtime.load` runs without the compiler."""
         from graphc_runtime.model import save_program
-        if self._info is None:
-            raise CompileError(f"saving {self.device} executables is not supported yet")
-        manifest = dict(self._info["manifest"])
+        manifest = self.manifest()
         if manifest["structure"] is None:
             raise CompileError("cannot save: the outputs are a dict with non-string keys")
-        manifest["signature"] = self._native.signature.to_json()
-        manifest["stats"] = {k: v for k, v in self.stats.items()
-                             if isinstance(v, (int, float, str))}
         sections = dict(self._info["sections"])
         stages = ("graph", "optimized", "fused", "memory") + \
             (("ptx",) if "ptx" in self._dumps else ("llvm", "asm"))

@@ -660,9 +660,8 @@ class Emitter:
         key = ("v", id(e))
         if key in self.cache:
             return self.cache[key][0]
-        stash = getattr(self, "stash", {})
-        if id(e) in stash and self.row_lin is not None:
-            v = self.b.load(self.b.gep(stash[id(e)], [self.index(self.row_lin)]))
+        if id(e) in self.stash and self.row_lin is not None:
+            v = self.b.load(self.b.gep(self.stash[id(e)], [self.index(self.row_lin)]))
         else:
             v = self._value(e)
         self.cache[key] = (v, e)
