@@ -1,10 +1,14 @@
 import os
+import sys
 
 import numpy as np
 import pytest
 from hypothesis import settings
 
 import graphc as gc
+
+# the repository root, so tests can use the benchmark models (bench/)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Random graphs explore freely on developer machines; in CI (CI=true) the same examples
 # run every time, so a submission's result does not depend on luck.

@@ -5,7 +5,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -52,7 +51,6 @@ def test_every_primitive_assembles(tmp_path, arch):
 @needs_ptxas
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
 def test_training_steps_assemble(tmp_path, arch):
-    sys.path.insert(0, os.path.join(HERE, ".."))
     from bench.__main__ import cnn_graph, mlp_graph
     for build in (mlp_graph, cnn_graph):
         g, loss, updates = build()

@@ -6,6 +6,7 @@ import pytest
 
 import graphc as gc
 
+from bench.__main__ import mlp_graph
 from compiled import check_compiled
 
 
@@ -82,21 +83,8 @@ def test_unfused_compile_gives_the_same_results(graph):
 
 
 def mlp_step(batch=64, sizes=(784, 512, 512, 10)):
-    g = gc.Graph("mlp")
-    with g:
-        x = gc.placeholder((batch, sizes[0]), name="x")
-        y = gc.placeholder((batch,), "int32", name="y")
-        params, h = [], x
-        for k, (i, o) in enumerate(zip(sizes, sizes[1:])):
-            w = gc.variable(gc.nn.init.he_normal((i, o), k), name=f"w{k}")
-            b = gc.variable(np.zeros(o, np.float32), name=f"b{k}")
-            params += [w, b]
-            h = h @ w + b
-            if k < len(sizes) - 2:
-                h = gc.relu(h)
-        loss = gc.nn.softmax_cross_entropy(h, y).mean()
-        updates = gc.optim.adam(loss, params, lr=1e-3)
-    return g, loss, updates
+    """An MLP training step with Adam (the benchmark's W5 model, smaller batch)."""
+    return mlp_graph(batch, sizes)
 
 
 def test_mlp_training_step_memory_and_in_place_updates():
