@@ -58,6 +58,7 @@ class ModuleBuilder:
             self.module.data_layout = data_layout
         self.kernels: list = []       # (function, buffers, split variable, trampoline)
         self.threads = 1
+        self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
 
     # -- helpers --------------------------------------------------------------------------
     def intrinsic(self, name, types):
@@ -861,7 +862,7 @@ class Emitter:
             neg = b.fcmp_ordered("<", x, zero)
             return b.select(pos, one, b.select(neg, ir.Constant(ty, -1.0), x))
         if ty == F32 and op in mathlib.VECTOR_F32:
-            return mathlib.VECTOR_F32[op](b, x)
+            return mathlib.VECTOR_F32[op](b, x, self.mb.scalef)
         if op == "logistic":
             e = b.call(self.mb.libm("exp", ty), [b.fneg(b.call(
                 self.mb.intrinsic("llvm.fabs", [ty]), [x]))])
@@ -936,7 +937,10 @@ class Emitter:
                 return b.fadd(acc, v, flags=("reassoc",))
             if kind == "prod":
                 return b.fmul(acc, v, flags=("reassoc",))
-            return self.float_op(kind, COMPUTE[dtype], [acc, v])
+            # NaN still wins; which zero a max/min of -0 and +0 returns is left open (nsz),
+            # which saves the sign fix-up in every step of the vectorized reduction
+            name = "llvm.maximum" if kind == "max" else "llvm.minimum"
+            return b.call(self.mb.intrinsic(name, [acc.type]), [acc, v], fastmath=("nsz",))
         return self.int_op({"sum": "add", "prod": "mul"}.get(kind, kind), COMPUTE[dtype], [acc, v])
 
     def _arg_better(self, kind, dtype, v, best):
@@ -1050,11 +1054,12 @@ def _extent(vars_) -> int:
 
 def emit_module(name: str, lowered, threads: int = 1) -> str:
     """LLVM IR text of the whole program: its kernels and graphc_main."""
-    from graphc_runtime.cpu import llvm
+    from graphc_runtime.cpu import host_features, llvm
     b = llvm()
     triple = b.get_process_triple()
     mb = ModuleBuilder(name, triple=triple)
     mb.threads = threads
+    mb.scalef = "+avx512f" in host_features().split(",")
     offsets = lowered.memory.offsets
     segments = [[]]
     for kern in lowered.kernels:

@@ -122,7 +122,8 @@ def log_softmax(x, axis: int = -1) -> Tensor:
 
 
 def softmax(x, axis: int = -1) -> Tensor:
-    """exp(x) / sum(exp(x)) along `axis`, shifted by the max for stability."""
+    """exp(x) / sum(exp(x)) along `axis`, shifted by the max for stability (one
+    reciprocal per row, then a multiply per element, as vectorized softmaxes do)."""
     x = _as(x)
     e = exp(x - max(x, axis, keepdims=True))
-    return e / sum(e, axis, keepdims=True)
+    return e * (1.0 / sum(e, axis, keepdims=True))
