@@ -327,6 +327,9 @@ class Emitter:
         self.cache: dict = {}
         self.stash: dict = {}          # expr id -> row scratch holding its values
         self.row_lin = None            # linear index within the row, while in a row loop
+        self.hoisted: list = []        # concatenate choices to decide outside inner loops
+        self.resolved: dict = {}       # id(Choose) -> the part chosen by an outer branch
+        self.bound: set = set()        # loop variables bound by the enclosing loops
 
     # -- loops ---------------------------------------------------------------------------
     def loops(self, vars_, body) -> None:
@@ -340,6 +343,9 @@ class Emitter:
             body()
             self.cache = saved
             return
+        for choice in self.hoisted:
+            if id(choice) not in self.resolved and ix.variables(choice.index) <= self.bound:
+                return self._unswitch(choice, vars_, body)
         v = vars_[0]
         b = self.b
         pre = b.block
@@ -355,12 +361,41 @@ class Emitter:
         b.position_at_end(loop)
         self.env[v.name] = i
         saved_cache = dict(self.cache)
+        self.bound.add(v.name)
         self._nest(vars_[1:], body)
+        self.bound.discard(v.name)
         self.cache = saved_cache
         nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw", "nuw"])
         i.add_incoming(nxt, b.block)
         b.branch(head)
         b.position_at_end(done)
+
+    def _unswitch(self, choice: K.Choose, vars_, body) -> None:
+        """Branch on a concatenate's part once, outside the remaining loops, and emit
+        those loops once per part with the part fixed: the inner loops then hold no
+        branches and vectorize."""
+        b = self.b
+        i = self.index(choice.index)
+        merge = b.append_basic_block("part.merge")
+        for k in range(len(choice.parts)):
+            last = k == len(choice.parts) - 1
+            take = b.append_basic_block(f"part.{k}")
+            if not last:
+                other = b.append_basic_block(f"part.not{k}")
+                b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, choice.starts[k + 1])),
+                          take, other)
+            else:
+                b.branch(take)
+            b.position_at_end(take)
+            saved = dict(self.cache)
+            self.resolved[id(choice)] = k
+            self._nest(vars_, body)
+            del self.resolved[id(choice)]
+            self.cache = saved
+            b.branch(merge)
+            if not last:
+                b.position_at_end(other)
+        b.position_at_end(merge)
 
     # -- kernels -------------------------------------------------------------------------
     per_element_dots = False     # GPU: one thread per output element
@@ -372,7 +407,9 @@ class Emitter:
 
     def kernel(self, k) -> None:
         if isinstance(k, K.LoopKernel):
+            self.hoisted = hoistable_choices(k)
             self.outer_loops(k.loop_vars, lambda: self.stores(k.stores))
+            self.hoisted = []
         elif isinstance(k, K.RowKernel):
             self.outer_loops(k.kept_vars, lambda: self.row(k))
         elif isinstance(k, K.DotKernel):
@@ -696,6 +733,8 @@ class Emitter:
     def choose(self, e: K.Choose):
         """Branch to the one part the index falls in; values computed inside a branch
         stay there (the cache is restored), the phi is visible after the merge."""
+        if id(e) in self.resolved:
+            return self.value(e.parts[self.resolved[id(e)]])
         b = self.b
         i = self.index(e.index)
         merge = b.append_basic_block("choose.merge")
@@ -1042,6 +1081,35 @@ def split_var(kern, threads: int):
         if isinstance(v, ix.IVar) and v.hi + 1 >= threads:
             return v
     return None
+
+
+MAX_UNSWITCHED_COPIES = 64     # copies of a loop nest that hoisting choices may make
+
+
+def hoistable_choices(kern: K.LoopKernel) -> list:
+    """The concatenate choices of a loop kernel whose part depends on loop variables
+    only (outermost first), while the copies of the inner loops stay few."""
+    found, seen = [], set()
+
+    def walk(e):
+        if id(e) in seen or not isinstance(e, K.VExpr):
+            return
+        seen.add(id(e))
+        if isinstance(e, K.Choose) and not ix.has_data_index(e.index):
+            found.append(e)
+        for f in ("args", "parts"):
+            for x in getattr(e, f, ()):
+                walk(x)
+    for s in kern.stores:
+        walk(s.value)
+    order = {v.name: n for n, v in enumerate(kern.loop_vars) if isinstance(v, ix.IVar)}
+    found.sort(key=lambda c: max((order.get(n, 0) for n in ix.variables(c.index)), default=0))
+    chosen, copies = [], 1
+    for c in found:
+        if copies * len(c.parts) <= MAX_UNSWITCHED_COPIES:
+            chosen.append(c)
+            copies *= len(c.parts)
+    return chosen
 
 
 def _extent(vars_) -> int:

@@ -255,6 +255,25 @@ def reshape_index(index, old_shape, new_shape) -> list[IExpr]:
     return head + middle + tail
 
 
+def subexpressions(e: IExpr):
+    """e and the index expressions under it."""
+    yield e
+    for f in ("a", "b"):
+        sub = getattr(e, f, None)
+        if isinstance(sub, IExpr):
+            yield from subexpressions(sub)
+
+
+def variables(e: IExpr) -> set:
+    """Names of the loop variables e depends on."""
+    return {n.name for n in subexpressions(e) if isinstance(n, IVar)}
+
+
+def has_data_index(e: IExpr) -> bool:
+    """Does e depend on data (a gather index)?"""
+    return any(isinstance(n, IFromValue) for n in subexpressions(e))
+
+
 def show(e: IExpr) -> str:
     if isinstance(e, IVar):
         return e.name

@@ -19,6 +19,7 @@ from ..passes import memory
 from ..passes.fusion import FusionPlan, Group
 from ..passes.program import Program
 from . import kernel as K
+from .refine import refine_loop
 
 
 @dataclass
@@ -230,7 +231,7 @@ def _unique_loads(k):
 
 def _build(g: Group, name, buffer_of, dests):
     if g.kind == "loop":
-        return K.build_loop(name, g.roots, g.members, buffer_of, dests)
+        return refine_loop(K.build_loop(name, g.roots, g.members, buffer_of, dests))
     if g.kind == "row":
         return K.build_row(name, g.roots, g.members, buffer_of, dests)
     if g.kind == "dot":
