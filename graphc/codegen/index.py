@@ -84,7 +84,8 @@ def add(a: IExpr, b: IExpr) -> IExpr:
         return a
     if isinstance(a, IConst):
         a, b = b, a
-    if isinstance(a, IAdd) or isinstance(b, IAdd) or isinstance(b, IMod):
+    if isinstance(a, IAdd) or isinstance(b, IAdd) or _scaled_mod(a)[0] is not None or \
+            _scaled_mod(b)[0] is not None:
         terms = _recombine(_terms(a) + _terms(b))
         if len(terms) < len(_terms(a)) + len(_terms(b)):
             return _sum(terms)
@@ -97,8 +98,9 @@ def _divided(e: IExpr):
 
 
 def _recombine(terms: list) -> list:
-    """(x // (c*d)) * d + (x // c) % d  ->  x // c: undo a reshape's split of an index
-    (x // 1 is x), so that merging split dimensions back gives affine indices."""
+    """(x // (c*m)) * (m*s) + ((x // c) % m) * s  ->  (x // c) * s: undo a reshape's split
+    of an index (x // 1 is x), so that merging split dimensions back gives affine
+    indices."""
     changed = True
     while changed:
         changed = False
@@ -107,17 +109,43 @@ def _recombine(terms: list) -> list:
                 continue
             x, c1 = t.a.a, t.a.c
             for j, u in enumerate(terms):
-                if j == i or not isinstance(u, IMod) or u.c != t.c or x.lo < 0:
+                m, scale = _scaled_mod(u)
+                if j == i or m is None or x.lo < 0 or t.c != m.c * scale:
                     continue
-                y, c2 = _divided(u.a)
-                if y == x and c1 == c2 * t.c:
-                    merged = floordiv(x, c2)
+                y, c2 = _divided(m.a)
+                if y == x and c1 == c2 * m.c:
+                    merged = mul(floordiv(x, c2), scale)
                     terms = [w for k, w in enumerate(terms) if k not in (i, j)] + [merged]
                     changed = True
                     break
             if changed:
                 break
     return terms
+
+
+def _scaled_mod(u):
+    """(m, s) for u == m * s with m a modulo, else (None, 0)."""
+    if isinstance(u, IMod):
+        return u, 1
+    if isinstance(u, IMul) and isinstance(u.a, IMod):
+        return u.a, u.c
+    return None, 0
+
+
+def _split_below(a: IExpr, c: int):
+    """(high, k, low) with a == high * k + low, k | c, 0 <= low < k: the terms whose
+    coefficient is a multiple of k, and the rest, which stays below k. None if no
+    such k > 1 exists."""
+    terms = _terms(a)
+    coefs = sorted({abs(_coef(t)) for t in terms if not isinstance(t, IConst)}, reverse=True)
+    for k in coefs:
+        if k <= 1 or c % k:
+            continue
+        high = [t for t in terms if not isinstance(t, IConst) and _coef(t) % k == 0]
+        low = _sum(t for t in terms if t not in high)
+        if high and 0 <= low.lo and low.hi < k:
+            return _sum(_divide_exact(t, k) for t in high), k, low
+    return None
 
 
 def mul(a: IExpr, c: int) -> IExpr:
@@ -172,6 +200,10 @@ def floordiv(a: IExpr, c: int) -> IExpr:
     if whole and rem.lo >= 0:
         return add(add(_sum(_divide_exact(t, c) for t in whole), const(q_const)),
                    floordiv(rem, c))
+    split = _split_below(a, c) if a.lo >= 0 else None
+    if split is not None:                 # (h*k + l) // c == h // (c/k) when 0 <= l < k | c
+        high, k, _ = split
+        return floordiv(high, c // k)
     return IDiv(_fdiv(a.lo, c), _fdiv(a.hi, c), a, c)
 
 
@@ -194,6 +226,10 @@ def mod(a: IExpr, c: int) -> IExpr:
     kept = [t for t in terms if not (_coef(t) % c == 0 and not isinstance(t, IConst))]
     if len(kept) != len(terms):
         return mod(_sum(kept), c) if kept else const(0)
+    split = _split_below(a, c) if a.lo >= 0 else None
+    if split is not None:                 # (h*k + l) % c == (h % (c/k))*k + l likewise
+        high, k, low = split
+        return add(mul(mod(high, c // k), k), low)
     return IMod(0, c - 1, a, c)
 
 

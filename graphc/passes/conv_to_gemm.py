@@ -3,7 +3,7 @@
 conv(x, w) with one feature group and no input dilation becomes: pad x, take strided
 slices, lay them out as a matrix (one fused loop kernel writes it), multiply, and
 transpose the product back to (N, O, *out). Two layouts, whichever needs fewer slices:
-- per window offset (im2col): patches^T (C*window, N*out), then patches @ w(O, C*window)^T;
+- per window offset (im2col): patches^T (C*window, N*out), then w(O, C*window) @ patches^T;
 - per output position (for large windows over small outputs, as in a kernel gradient):
   patches (out*N, C*window) @ w(O, C*window)^T, one slice per output position.
 Small convolutions keep the direct loop kernel.
@@ -56,11 +56,13 @@ def _im2col(b: Builder, node, x, w):
     # patches^T: (C*KK, N*out), rows in the weights' (C, window) order
     patches_t = b.add("reshape", (stacked,), {"new_sizes": (c * kk, rows)})
     wm = b.add("reshape", (w,), {"new_sizes": (o, c * kk)})
-    prod = b.add("dot_general", (patches_t, wm), {"lhs_contracting": (0,),
-                                                  "rhs_contracting": (1,),
+    # w(O, C*KK) @ patches^T: (O, N*out), so the transpose back to (N, O, *out) moves
+    # whole contiguous images (not a stride-O gather per element)
+    prod = b.add("dot_general", (wm, patches_t), {"lhs_contracting": (1,),
+                                                  "rhs_contracting": (0,),
                                                   "lhs_batch": (), "rhs_batch": ()})
-    prod = b.add("reshape", (prod,), {"new_sizes": (n,) + tuple(out_sp) + (o,)})
-    return b.add("transpose", (prod,), {"permutation": (0, nsp + 1) + tuple(range(1, nsp + 1))},
+    prod = b.add("reshape", (prod,), {"new_sizes": (o, n) + tuple(out_sp)})
+    return b.add("transpose", (prod,), {"permutation": (1, 0) + tuple(range(2, 2 + nsp))},
                  like=node)
 
 
