@@ -869,12 +869,14 @@ class Emitter:
         x = args[0]
         y = args[1] if len(args) > 1 else None
         one = ir.Constant(ty, 1.0)
+        # `contract`: a product feeding a sum may become one fused multiply-add (one
+        # rounding instead of two), as C compilers and XLA do by default
         if op == "add":
-            return b.fadd(x, y)
+            return b.fadd(x, y, flags=("contract",))
         if op == "sub":
-            return b.fsub(x, y)
+            return b.fsub(x, y, flags=("contract",))
         if op == "mul":
-            return b.fmul(x, y)
+            return b.fmul(x, y, flags=("contract",))
         if op == "div":
             return b.fdiv(x, y)
         if op == "rem":

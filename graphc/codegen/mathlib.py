@@ -106,12 +106,12 @@ def tanh_f32(b: ir.IRBuilder, x, scalef: bool = False):
 
 
 def logistic_f32(b: ir.IRBuilder, x, scalef: bool = False):
-    """1/(1+e) or e/(1+e) with e = exp(-|x|): one division either way."""
+    """1/(1+e) or e/(1+e) with e = exp(-|x|): one division either way, no overflow, and
+    small results keep their precision down to the denormals. nan passes through exp."""
     ax = b.call(_unary(b, "llvm.fabs"), [x])
     e = exp_f32(b, b.fneg(ax), scalef)
     r = b.fdiv(_c(1.0), b.fadd(_c(1.0), e))
-    y = b.select(b.fcmp_ordered(">=", x, _c(0.0)), r, b.fmul(e, r))
-    return b.select(b.fcmp_unordered("uno", x, x), x, y)
+    return b.select(b.fcmp_ordered(">=", x, _c(0.0)), r, b.fmul(e, r))
 
 
 def erf_f32(b: ir.IRBuilder, x, scalef: bool = False):

@@ -326,7 +326,7 @@ def gelu(x, approximate: bool = False) -> Tensor:
     if approximate:
         # 0.5 x (1 + tanh(u)) == x * sigmoid(2u): the same function with one exp
         c = 2.0 * math.sqrt(2.0 / math.pi)
-        return x * sigmoid(c * (x + 0.044715 * (x * x * x)))
+        return x * sigmoid(x * (c + (c * 0.044715) * (x * x)))
     return 0.5 * x * (1.0 + erf(x * (1.0 / math.sqrt(2.0))))
 
 
