@@ -1,0 +1,20 @@
+"""The benchmark harness runs end to end (tiny sizes) and records what it prints."""
+import json
+
+from bench.__main__ import main
+
+
+def test_bench_runs_every_workload_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "results.json"
+    result = main(["--n", "256", "--repeat", "2", "--json", str(out)])
+    names = [r["workload"][:2] for r in result["rows"]]
+    assert names == ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8"]
+    for row in result["rows"]:
+        assert row["graphc_ms"] > 0
+        assert row["peers"].get("numpy", {"ratio": 1})["ratio"] > 0
+    for row in result["rows"][:3]:
+        assert 0 < row["fraction_of_bandwidth"]
+    assert 0 < result["rows"][3]["fraction_of_sgemm"]
+    assert json.loads(out.read_text())["rows"][0]["workload"].startswith("W1")
+    printed = capsys.readouterr().out
+    assert "machine: copy" in printed and "W8 CNN step" in printed
