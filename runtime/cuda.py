@@ -16,6 +16,9 @@ from .errors import DeviceError, FeedError
 from .feeds import bind_inputs, check_array
 
 
+VECTOR_ALIGN = 16     # kernels use 16-byte loads and stores (pycuda allocates 256-aligned)
+
+
 def _driver():
     try:
         import pycuda.driver as drv
@@ -105,6 +108,10 @@ class CudaProgram:
                         if tuple(value.shape) != shape or np.dtype(value.dtype) != npd:
                             raise FeedError(f"input {name!r}: expected {tstr}, got device "
                                             f"array {value.dtype}{list(value.shape)}")
+                        if int(data.gpudata) % VECTOR_ALIGN:
+                            raise DeviceError(f"input {name!r}: device memory at an address "
+                                              f"not aligned to {VECTOR_ALIGN} bytes (kernels "
+                                              f"read 16 bytes at a time); copy it first")
                         device_in.append(data)
                     else:
                         arr = np.ascontiguousarray(check_array(name, value, shape, npd, dname,

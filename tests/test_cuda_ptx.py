@@ -88,6 +88,24 @@ def test_ptx_launch_table_and_cross_compilation():
         exe.dump("llvm")
 
 
+@needs_ptxas
+def test_elementwise_kernels_use_16_byte_accesses(tmp_path):
+    with gc.Graph():
+        x = gc.placeholder((256, 1024), name="x")
+        a = gc.placeholder((1024,), name="a")
+        odd = gc.placeholder((100, 30), name="odd")           # 30 % 4 != 0: one per thread
+        exe = gc.compile([gc.gelu(x * a + 1.0, approximate=True), odd * 2.0],
+                         device="cuda", arch="sm_90")
+    ptx = exe.dump("ptx")
+    ptxas(ptx, "sm_90", tmp_path)
+    launches = exe._native.launches
+    assert [l["threads"] for l in launches] == [256 * 1024 // 4, 100 * 30]
+    body = ptx.split(".entry")[1]
+    assert re.search(r"ld\.global(\.nc)?\.v4\.b32", body)          # x and a: 4 floats at once
+    assert re.search(r"st\.global\.v4\.b32", body)
+    assert not re.search(r"\.v4\.", ptx.split(".entry")[2])
+
+
 def test_collectives_and_bad_arch_are_clear_compile_errors():
     from graphc.api import bind
     with gc.Graph():

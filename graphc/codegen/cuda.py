@@ -18,10 +18,11 @@ import llvmlite.ir as ir
 
 from graphc_runtime.errors import CompileError
 
+from ..ir import dtypes
 from . import index as ix
 from . import kernel as K
 from .cpu import (COMPUTE, I32, I64, STORAGE, VOID, Emitter, ModuleBuilder, _aliased_buffers,
-                  _extent)
+                  _extent, affine)
 
 TRIPLE = "nvptx64-nvidia-cuda"
 BLOCK = 256
@@ -42,6 +43,8 @@ def tiled(k: "K.DotKernel") -> bool:
 class GpuEmitter(Emitter):
     per_element_dots = True
     warp_rows = False          # set while lowering a row kernel: one warp per row
+    lane_base: dict = {}       # vector loops: (buffer id, address) -> lane 0's pointer
+    vector_lane = 0
 
     def kernel(self, k) -> None:
         if isinstance(k, K.RowKernel):
@@ -50,8 +53,59 @@ class GpuEmitter(Emitter):
             self.warp_rows = False
         elif isinstance(k, K.DotKernel) and tiled(k):
             self.tiled_dot(k)
+        elif isinstance(k, K.LoopKernel) and vector_lanes(k) > 1:
+            self.vector_loop(k, vector_lanes(k))
         else:
             super().kernel(k)
+
+    def vector_loop(self, k: K.LoopKernel, lanes: int) -> None:
+        """Each thread computes `lanes` consecutive elements of the innermost dimension:
+        their loads and stores sit side by side at 16-byte aligned addresses, which the
+        NVPTX backend merges into ld/st.global.v4 (one 16-byte access instead of four)."""
+        real = [v for v in k.loop_vars if isinstance(v, ix.IVar)]
+        inner = real[-1]
+        group = ix.IVar(0, (inner.hi + 1) // lanes - 1, f"{inner.name}_vec")
+        b = self.b
+
+        def body():
+            # every lane's values first, then the stores side by side (an element never
+            # reads what another element of the same kernel writes); accesses contiguous
+            # along the inner dimension address lane k as lane 0's pointer + k, so that the
+            # backend sees them side by side
+            base = b.mul(self.env[group.name], ir.Constant(I64, lanes), flags=["nuw", "nsw"])
+            self.env[inner.name] = base
+            self.lane_base = {}
+            for acc in K.kernel_loads(k) + list(k.stores):
+                lin = ix.linearize(acc.index, acc.buffer.shape)
+                aff = affine(lin)
+                if aff is not None and aff[0].get(inner.name) == 1 and \
+                        not ix.has_data_index(lin):
+                    saved = self.cache
+                    self.cache = {}
+                    self.lane_base[(acc.buffer.id, lin)] = super(GpuEmitter, self)._ptr(
+                        acc.buffer, acc.index)
+                    self.cache = saved
+            pending = []
+            for lane in range(lanes):
+                self.vector_lane = lane
+                self.env[inner.name] = b.add(base, ir.Constant(I64, lane), flags=["nuw", "nsw"])
+                saved = dict(self.cache)
+                values = [self.value(st.value) for st in k.stores]
+                pending.append([(st, v, self._ptr(st.buffer, st.index))
+                                for st, v in zip(k.stores, values)])
+                self.cache = saved
+            for st_index in range(len(k.stores)):
+                for lane_stores in pending:
+                    st, v, ptr = lane_stores[st_index]
+                    b.store(self.to_storage(v, st.buffer.dtype), ptr)
+            self.lane_base = {}
+        self.outer_loops(real[:-1] + [group], body)
+
+    def _ptr(self, buf: K.Buffer, index):
+        base = self.lane_base.get((buf.id, ix.linearize(index, buf.shape)))
+        if base is None:
+            return super()._ptr(buf, index)
+        return self.b.gep(base, [ir.Constant(I64, self.vector_lane)], inbounds=True)
 
     def _sreg(self, name):
         return self.b.zext(self.b.call(self.mb.sreg(name), []), I64)
@@ -292,6 +346,7 @@ class CudaModuleBuilder(ModuleBuilder):
         for arg, b in zip(fn.args, bufs):
             if b.id not in aliased:
                 arg.add_attribute("noalias")
+            arg.attributes.align = VECTOR_BYTES      # the runtime checks every buffer
         builder = ir.IRBuilder(fn.append_basic_block("entry"))
         em = GpuEmitter(self, builder, {b.id: (arg, b) for arg, b in zip(fn.args, bufs)}, fn)
         if mode == "atomic":
@@ -299,7 +354,7 @@ class CudaModuleBuilder(ModuleBuilder):
             total = _extent(kernel.upd_vars)
         else:
             em.kernel(kernel)
-            total = _extent(_outer_vars(kernel))
+            total = _extent(_outer_vars(kernel)) // vector_lanes(kernel)
             if isinstance(kernel, K.RowKernel):
                 total *= WARP                 # a warp per row
             elif isinstance(kernel, K.DotKernel) and tiled(kernel):
@@ -309,6 +364,32 @@ class CudaModuleBuilder(ModuleBuilder):
                 total = _extent(kernel.batch_vars) * mt * nt * TILE * TILE
         builder.ret_void()
         self.launches.append((name, total, bufs))
+
+
+VECTOR_BYTES = 16
+
+
+def vector_lanes(kernel) -> int:
+    """Elements per thread for a loop kernel whose stores are all contiguous along its
+    innermost dimension with 16-byte aligned rows (buffers start 16-byte aligned), else 1."""
+    if not isinstance(kernel, K.LoopKernel):
+        return 1
+    real = [v for v in kernel.loop_vars if isinstance(v, ix.IVar)]
+    if not real:
+        return 1
+    inner = real[-1]
+    sizes = {dtypes.itemsize(s.buffer.dtype) for s in kernel.stores}
+    if len(sizes) != 1:
+        return 1
+    lanes = min(4, VECTOR_BYTES // sizes.pop())      # (8- and 16-byte for f16/bool)
+    if lanes < 2 or (inner.hi + 1) % lanes:
+        return 1
+    for s in kernel.stores:
+        aff = affine(ix.linearize(s.index, s.buffer.shape))
+        if aff is None or aff[0].get(inner.name) != 1 or aff[1] % lanes or \
+                any(c % lanes for n, c in aff[0].items() if n != inner.name):
+            return 1
+    return lanes
 
 
 def _outer_vars(kernel):
@@ -373,6 +454,7 @@ class PtxProgram:
         pb = b.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(module, pb)
         self.arch = arch
+        self.nvvm_ir = str(module)          # optimized, for inspection
         self.ptx = tm.emit_assembly(module)
         self.launches = [{"kernel": name_, "threads": total,
                           "block": BLOCK, "grid": max(1, min(math.ceil(total / BLOCK), MAX_GRID)),
