@@ -159,3 +159,15 @@ def test_dots_use_shared_memory_tiles_within_limits(tmp_path):
     assert smem and max(smem) <= 48 * 1024
     launch = exe._native.launches[0]
     assert launch["block"] == 256 and launch["grid"] == 5 * 3      # 16x16 tiles of 70x33
+
+
+@needs_ptxas
+def test_column_sums_use_a_thread_per_column(tmp_path):
+    with gc.Graph():
+        x = gc.placeholder((512, 8192), name="x")
+        exe = gc.compile([x.sum(axis=0), (x * x).sum(axis=1)], device="cuda", arch="sm_90")
+    ptxas(exe.dump("ptx"), "sm_90", tmp_path)
+    threads = [l["threads"] for l in exe._native.launches]
+    assert threads == [8192, 512 * 32]     # a thread per column; a warp per row
+    column, row = exe.dump("ptx").split(".entry")[1:3]
+    assert "shfl.sync" not in column and "shfl.sync" in row

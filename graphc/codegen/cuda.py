@@ -47,7 +47,9 @@ class GpuEmitter(Emitter):
     vector_lane = 0
 
     def kernel(self, k) -> None:
-        if isinstance(k, K.RowKernel):
+        if isinstance(k, K.RowKernel) and thread_per_row(k):
+            self.outer_loops(k.kept_vars, lambda: self.row(k))
+        elif isinstance(k, K.RowKernel):
             self.warp_rows = True
             self.warp_loop(k.kept_vars, lambda: self.row(k))
             self.warp_rows = False
@@ -355,7 +357,7 @@ class CudaModuleBuilder(ModuleBuilder):
         else:
             em.kernel(kernel)
             total = _extent(_outer_vars(kernel)) // vector_lanes(kernel)
-            if isinstance(kernel, K.RowKernel):
+            if isinstance(kernel, K.RowKernel) and not thread_per_row(kernel):
                 total *= WARP                 # a warp per row
             elif isinstance(kernel, K.DotKernel) and tiled(kernel):
                 real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
@@ -367,6 +369,24 @@ class CudaModuleBuilder(ModuleBuilder):
 
 
 VECTOR_BYTES = 16
+COLUMN_MIN_ROWS = 4096     # thread-per-row reductions need this many rows to fill the GPU
+
+
+def thread_per_row(kernel) -> bool:
+    """Column-like reductions (the kept index is the contiguous one, e.g. a sum over
+    axis 0): one thread per kept element, neighbouring threads reading neighbouring
+    addresses row after row (coalesced), instead of a warp striding down one column."""
+    real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+    kept, reduced = real(kernel.kept_vars), real(kernel.reduced_vars)
+    if not kept or not reduced or _extent(kept) < COLUMN_MIN_ROWS:
+        return False
+    along_kept = along_reduced = 0
+    for ld in K.kernel_loads(kernel):
+        aff = affine(ix.linearize(ld.index, ld.buffer.shape))
+        if aff is not None:
+            along_kept += aff[0].get(kept[-1].name) == 1
+            along_reduced += aff[0].get(reduced[-1].name) == 1
+    return along_kept > along_reduced
 
 
 def vector_lanes(kernel) -> int:
