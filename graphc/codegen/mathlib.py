@@ -52,10 +52,13 @@ def exp_f32(b: ir.IRBuilder, x, scalef: bool = False):
     xc = b.call(_minmax(b, "llvm.maxnum"), [xc, _c(lo_limit)])
     n = b.call(_unary(b, "llvm.rint"), [b.fmul(xc, _c(log2e))])
     r = _fma(b, n, _c(-ln2_lo), _fma(b, n, _c(-ln2_hi), xc))
-    z = b.fmul(r, r)
-    p = _poly(b, r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-                     1.6666665459e-1, 5.0000001201e-1])
-    y = b.fadd(b.fadd(b.fmul(p, z), r), _c(1.0))
+    if scalef:          # e**r by Horner to r**7 (|r| <= ln2/2: below 1e-8 relative)
+        y = _poly(b, r, [1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0])
+    else:
+        z = b.fmul(r, r)
+        p = _poly(b, r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
+                         1.6666665459e-1, 5.0000001201e-1])
+        y = b.fadd(b.fadd(b.fmul(p, z), r), _c(1.0))
     ni = b.fptosi(n, I32)
     if scalef:
         y = b.call(_ldexp(b), [y, ni])
