@@ -80,3 +80,39 @@ def test_concatenates_decided_outside_the_inner_loops(graph):
                    {"a": a, "b": b, "c": c})
     # a choice on the innermost axis stays inside the loop
     check_compiled(gc.concatenate([pa, pa * 3.0], axis=2), {"a": a})
+
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+
+@pytest.fixture
+def every_conv_to_gemm(monkeypatch):
+    import importlib
+    c2g = importlib.import_module("graphc.passes.conv_to_gemm")    # (the package exports
+    monkeypatch.setattr(c2g, "MIN_FLOPS", 0)                       # a function of that name)
+
+
+@pytest.mark.usefixtures("every_conv_to_gemm")
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[__import__("hypothesis").HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 3), c=st.integers(1, 4), o=st.integers(1, 5), h=st.integers(3, 12),
+       w=st.integers(3, 12), k=st.integers(1, 3), stride=st.integers(1, 2),
+       pad=st.integers(0, 2), dil=st.integers(1, 2), seed=st.integers(0, 99))
+def test_convolutions_as_patch_products_and_their_gradients(n, c, o, h, w, k, stride, pad,
+                                                           dil, seed):
+    """Every convolution through conv_to_gemm (patches, refined loops, decided
+    concatenates, w @ patches^T), forward and both gradients, against the interpreter
+    (the flops threshold is lifted, so small convolutions take that path too)."""
+    if (k - 1) * dil + 1 > h + 2 * pad or (k - 1) * dil + 1 > w + 2 * pad:
+        return
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, c, h, w)).astype(np.float32)
+    kern = rng.standard_normal((o, c, k, k)).astype(np.float32)
+    with gc.Graph():
+        px, pk = gc.placeholder(x.shape, name="x"), gc.placeholder(kern.shape, name="k")
+        y = gc.relu(gc.nn.conv2d(px, pk, stride=stride, padding=pad, dilation=dil))
+        loss = (y * y).sum()
+        gx, gk = gc.grad(loss, [px, pk])
+        exe = check_compiled([y, gx, gk], {"x": x, "k": kern})
+        assert "dot_general" in exe.dump("optimized")
