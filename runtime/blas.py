@@ -9,6 +9,7 @@ import ctypes
 import os
 import threading
 
+from . import openmp
 from .errors import CompileError
 
 SYMBOLS = {"graphc_sgemm": "scipy_cblas_sgemm", "graphc_dgemm": "scipy_cblas_dgemm"}
@@ -17,7 +18,22 @@ _lib = None
 
 
 def library():
-    """The loaded OpenBLAS (ctypes.CDLL), or None when scipy-openblas32 is missing."""
+    """The loaded OpenBLAS (ctypes.CDLL), or None when scipy-openblas32 is missing.
+
+    Where OpenMP's team runs graphc's kernels (graphc_runtime.openmp), OpenBLAS runs one
+    thread per call and the team splits large products instead: one set of threads for
+    everything, and results that do not depend on the thread count (OpenBLAS's own sums
+    depend on how many threads it uses; its one-thread products do not depend on how the
+    rows or columns are split)."""
+    global _lib
+    fresh = _lib is None
+    lib = _load()
+    if fresh and lib is not None and openmp.library() is not None:
+        _set(lib, 1)
+    return lib
+
+
+def _load():
     global _lib
     with _lock:
         if _lib is None:
@@ -57,8 +73,14 @@ def require(object_code: bytes) -> None:
 
 
 def set_threads(n: int) -> None:
-    """Threads OpenBLAS may use for graphc's products (e.g. cores per MPI process)."""
+    """Threads OpenBLAS may use for graphc's products (e.g. cores per MPI process); one
+    where OpenMP's team splits the products (see library())."""
     lib = library()
-    setter = getattr(lib, "scipy_openblas_set_num_threads", None) if lib is not None else None
+    if lib is not None:
+        _set(lib, 1 if openmp.library() is not None else n)
+
+
+def _set(lib, n: int) -> None:
+    setter = getattr(lib, "scipy_openblas_set_num_threads", None)
     if setter is not None:
         setter(int(n))

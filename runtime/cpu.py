@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 
-from . import blas, collectives
+from . import blas, collectives, openmp
 from .dtypes import NUMPY, type_str
 from .errors import CompileError, FeedError
 from .feeds import bind_inputs, check_array
@@ -137,6 +137,7 @@ class CpuProgram:
             raise CompileError(f"cannot load the native code: {e}") from None
         if not address:
             raise CompileError("the native code has no graphc_main")
+        self.openmp = openmp.bind(self.engine, self)
         self._main = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)
         n_obj = len(signature.inputs) + len(signature.outputs)
         entry = self.engine.get_function_address("graphc_entry")

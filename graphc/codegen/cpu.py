@@ -56,7 +56,7 @@ class ModuleBuilder:
             self.module.triple = triple
         if data_layout:
             self.module.data_layout = data_layout
-        self.kernels: list = []       # (function, buffers, split variable, trampoline)
+        self.kernels: list = []       # (function, buffers, (split var, own threads), trampoline)
         self.threads = 1
         self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
 
@@ -97,11 +97,13 @@ class ModuleBuilder:
         return fn
 
     # -- kernels --------------------------------------------------------------------------
-    def add_kernel(self, kernel, aliased: set, split: "ix.IVar | None" = None) -> None:
+    def add_kernel(self, kernel, aliased: set, split: "ix.IVar | None" = None,
+                   own_threads: bool = True) -> None:
         """Emit `kernel` as an internal function; `aliased` holds ids of buffers that may
         share memory with another buffer of this kernel (no noalias for them). With a
         `split` loop variable the function takes (begin, end) for it as two last i64
-        arguments, so that threads can run disjoint ranges."""
+        arguments, so that threads can run disjoint ranges: OpenMP's team when present,
+        else threads started for the call if `own_threads`, else one call."""
         buffers = {}
         for load in K.kernel_loads(kernel):
             buffers[load.buffer.id] = load.buffer
@@ -130,7 +132,7 @@ class ModuleBuilder:
         em.kernel(kernel)
         builder.ret_void()
         trampoline = self._trampoline(fn, bufs) if split is not None else None
-        self.kernels.append((fn, bufs, split, trampoline))
+        self.kernels.append((fn, bufs, (split, own_threads), trampoline))
 
     def _trampoline(self, fn, bufs):
         """ptr kN_thread(ptr ctx): ctx holds the buffer addresses, begin and end (i64)."""
@@ -176,12 +178,12 @@ class ModuleBuilder:
             cache[buf.id] = b.bitcast(raw, ir.PointerType(STORAGE[buf.dtype]))
             return cache[buf.id]
 
-        for fn_k, bufs, split, trampoline in schedule:
+        for fn_k, bufs, (split, own_threads), trampoline in schedule:
             ptrs = [pointer(x) for x in bufs]
             if split is None:
                 b.call(fn_k, ptrs)
             else:
-                self._parallel_call(b, fn_k, ptrs, split, trampoline)
+                self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads)
         b.ret_void()
         return fn
 
@@ -210,30 +212,57 @@ class ModuleBuilder:
         b.call(self.module.globals["graphc_main"], [table])
         b.ret_void()
 
-    def _parallel_call(self, b, fn_k, ptrs, split, trampoline) -> None:
-        """Run fn_k over `split`'s range in `threads` contiguous chunks: chunks 1.. on
-        new threads (pthreads), chunk 0 here, then join. A thread that cannot be started
-        runs its chunk here instead; every element is computed by exactly one call, so
-        results do not depend on the thread count."""
+    def _parallel_call(self, b, fn_k, ptrs, split, trampoline, own_threads=True) -> None:
+        """Run fn_k over `split`'s range in `threads` contiguous chunks. On OpenMP's team
+        when the runtime found libgomp (graphc_gomp_parallel set), else chunks 1.. on new
+        threads (pthreads) and chunk 0 here, then join; a thread that cannot be started
+        runs its chunk here instead. Every element is computed by exactly one call over
+        the same chunks either way, so results do not depend on the thread count.
+        Kernels not worth threads started per call (`own_threads` false) run as one
+        call when there is no team."""
+        i8p = ir.PointerType(I8)
+        extent = split.hi + 1
+        threads = min(self.threads, extent)
+        bounds = [extent * t // threads for t in range(threads + 1)]
+        contexts = []
+        for t in range(threads):
+            ctx = b.alloca(I64, size=ir.Constant(I64, len(ptrs) + 2))
+            words = [b.ptrtoint(p, I64) for p in ptrs] + [ir.Constant(I64, bounds[t]),
+                                                          ir.Constant(I64, bounds[t + 1])]
+            for k, w in enumerate(words):
+                b.store(w, b.gep(ctx, [ir.Constant(I64, k)]))
+            contexts.append(ctx)
+        gomp, _ = self.openmp()
+        team = b.load(gomp)
+        with b.if_else(b.icmp_unsigned("!=", b.ptrtoint(team, I64), ir.Constant(I64, 0))) \
+                as (on_team, no_team):
+            with on_team:
+                job = b.alloca(i8p, size=ir.Constant(I64, threads + 1))
+                b.store(b.bitcast(trampoline, i8p), b.gep(job, [ir.Constant(I64, 0)]))
+                for t, ctx in enumerate(contexts):
+                    b.store(b.bitcast(ctx, i8p), b.gep(job, [ir.Constant(I64, t + 1)]))
+                fnty = ir.FunctionType(VOID, [i8p, i8p, I32, I32])
+                b.call(b.bitcast(team, ir.PointerType(fnty)),
+                       [b.bitcast(self.gomp_body(), i8p), b.bitcast(job, i8p),
+                        ir.Constant(I32, threads), ir.Constant(I32, 0)])
+            with no_team:
+                if own_threads:
+                    self._pthread_chunks(b, fn_k, ptrs, bounds, contexts, trampoline)
+                else:
+                    b.call(fn_k, ptrs + [ir.Constant(I64, 0), ir.Constant(I64, extent)])
+
+    def _pthread_chunks(self, b, fn_k, ptrs, bounds, contexts, trampoline) -> None:
         i8p = ir.PointerType(I8)
         create = self.module.globals.get("pthread_create") or ir.Function(
             self.module, ir.FunctionType(I32, [ir.PointerType(I64), i8p, i8p, i8p]),
             "pthread_create")
         join = self.module.globals.get("pthread_join") or ir.Function(
             self.module, ir.FunctionType(I32, [I64, ir.PointerType(i8p)]), "pthread_join")
-        extent = split.hi + 1
-        threads = min(self.threads, extent)
-        bounds = [extent * t // threads for t in range(threads + 1)]
         started = []
-        for t in range(1, threads):
-            ctx = b.alloca(I64, size=ir.Constant(I64, len(ptrs) + 2))
-            words = [b.ptrtoint(p, I64) for p in ptrs] + [ir.Constant(I64, bounds[t]),
-                                                          ir.Constant(I64, bounds[t + 1])]
-            for k, w in enumerate(words):
-                b.store(w, b.gep(ctx, [ir.Constant(I64, k)]))
+        for t in range(1, len(contexts)):
             tid = b.alloca(I64)
             rc = b.call(create, [tid, ir.Constant(i8p, None), b.bitcast(trampoline, i8p),
-                                 b.bitcast(ctx, i8p)])
+                                 b.bitcast(contexts[t], i8p)])
             failed = b.icmp_signed("!=", rc, ir.Constant(I32, 0))
             with b.if_then(failed):
                 b.call(fn_k, ptrs + [ir.Constant(I64, bounds[t]), ir.Constant(I64, bounds[t + 1])])
@@ -242,6 +271,39 @@ class ModuleBuilder:
         for tid, failed in started:
             with b.if_then(b.not_(failed)):
                 b.call(join, [b.load(tid), ir.Constant(ir.PointerType(i8p), None)])
+
+    def openmp(self):
+        """The pointers the runtime sets to libgomp's GOMP_parallel and
+        omp_get_thread_num (null: no OpenMP; see graphc_runtime.openmp)."""
+        i8p = ir.PointerType(I8)
+        out = []
+        for name in ("graphc_gomp_parallel", "graphc_gomp_thread_num"):
+            if name not in self.module.globals:
+                g = ir.GlobalVariable(self.module, i8p, name)
+                g.initializer = ir.Constant(i8p, None)
+            out.append(self.module.globals[name])
+        return out
+
+    def gomp_body(self):
+        """void graphc_gomp_body(i8** job): what each OpenMP thread runs: job[0] is a
+        chunk trampoline, job[1 + t] thread t's chunk context."""
+        name = "graphc_gomp_body"
+        if name in self.module.globals:
+            return self.module.globals[name]
+        i8p = ir.PointerType(I8)
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [i8p]), name)
+        fn.linkage = "internal"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        job = b.bitcast(fn.args[0], ir.PointerType(i8p))
+        _, thread_num = self.openmp()
+        tn = b.bitcast(b.load(thread_num), ir.PointerType(ir.FunctionType(I32, [])))
+        t = b.sext(b.call(tn, []), I64)
+        tramp = b.bitcast(b.load(b.gep(job, [ir.Constant(I64, 0)])),
+                          ir.PointerType(ir.FunctionType(i8p, [i8p])))
+        ctx = b.load(b.gep(job, [b.add(t, ir.Constant(I64, 1))]))
+        b.call(tramp, [ctx])
+        b.ret_void()
+        return fn
 
 
 BLAS_MIN_FLOPS = 1 << 15
@@ -535,11 +597,16 @@ class Emitter:
             self.outer_loops(k.batch_vars + k.m_vars + k.n_vars, element)
 
     def dot_blas(self, k: K.DotKernel, plan) -> None:
-        """C = A @ B through BLAS per batch index, then the epilogue over C."""
+        """C = A @ B through BLAS per batch index, then the epilogue over C. A kernel
+        split for threads computes its rows (m split) or columns (n split) of C."""
         b = self.b
         ty = COMPUTE[k.out.dtype]
         fn = self.mb.gemm(k.out.dtype)
         i32 = lambda v: ir.Constant(I32, int(v))
+        c64 = lambda v: ir.Constant(I64, int(v))
+        real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+        split_m = [v.name for v in real(k.m_vars) if v.name in self.bounds]
+        split_n = [v.name for v in real(k.n_vars) if v.name in self.bounds]
 
         def call():
             ptrs = []
@@ -548,18 +615,31 @@ class Emitter:
                 off = ir.Constant(I64, const)
                 for name, coef in plan["batch_coefs"][operand.buffer.id]:
                     off = b.add(off, b.mul(self.env[name], ir.Constant(I64, coef)))
-                ptrs.append(b.gep(arg, [off]))
-            out_arg, _ = self.args[k.out.id]
-            c_off = ir.Constant(I64, 0)
+                ptrs.append(off)
+            c_off = c64(0)
             if k.batch_vars:
                 lin = ix.linearize(k.batch_vars, [v.hi + 1 if isinstance(v, ix.IVar) else 1
                                                   for v in k.batch_vars])
-                c_off = b.mul(self.index(lin), ir.Constant(I64, plan["M"] * plan["N"]))
-            rows = i32(plan["M"])
-            c_ptr = b.gep(out_arg, [c_off])
+                c_off = b.mul(self.index(lin), c64(plan["M"] * plan["N"]))
+            rows, cols = i32(plan["M"]), i32(plan["N"])
+            if split_m:               # rows begin..end of C: of A's rows (or columns)
+                begin, end = self.bounds[split_m[0]]
+                rows = b.trunc(b.sub(end, begin), I32)
+                step = plan["lda"] if plan["trans_a"] == 111 else 1
+                ptrs[0] = b.add(ptrs[0], b.mul(begin, c64(step)))
+                c_off = b.add(c_off, b.mul(begin, c64(plan["N"])))
+            elif split_n:             # columns begin..end of C: of B's columns (or rows)
+                begin, end = self.bounds[split_n[0]]
+                cols = b.trunc(b.sub(end, begin), I32)
+                step = 1 if plan["trans_b"] == 111 else plan["ldb"]
+                ptrs[1] = b.add(ptrs[1], b.mul(begin, c64(step)))
+                c_off = b.add(c_off, begin)
+            a_ptr = b.gep(self.args[k.lhs.buffer.id][0], [ptrs[0]])
+            b_ptr = b.gep(self.args[k.rhs.buffer.id][0], [ptrs[1]])
+            c_ptr = b.gep(self.args[k.out.id][0], [c_off])
             b.call(fn, [i32(101), i32(plan["trans_a"]), i32(plan["trans_b"]), rows,
-                        i32(plan["N"]), i32(plan["K"]), ir.Constant(ty, 1.0), ptrs[0],
-                        i32(plan["lda"]), ptrs[1], i32(plan["ldb"]), ir.Constant(ty, 0.0),
+                        cols, i32(plan["K"]), ir.Constant(ty, 1.0), a_ptr,
+                        i32(plan["lda"]), b_ptr, i32(plan["ldb"]), ir.Constant(ty, 0.0),
                         c_ptr, i32(plan["N"])])
 
         self.loops(k.batch_vars, call)
@@ -1052,15 +1132,21 @@ class Emitter:
         return self.round_to(out, "float32", dtype) if dtype in ("float16", "bfloat16") else out
 
 
-PARALLEL_MIN_WORK = 1 << 22      # elements a kernel must touch before threads pay off
-# (starting and joining a thread costs tens of microseconds, and BLAS calls keep their
-# worker threads spinning for a while, so small kernels run on the calling thread)
+TEAM_MIN_WORK = 1 << 16          # element-steps from which a kernel is split for threads:
+# OpenMP's team of spinning workers takes a chunk within microseconds
+THREAD_MIN_WORK = 1 << 22        # without libgomp, threads are started per call (tens of
+# microseconds each): below this the split kernel runs as one call
+BLAS_CHUNK_MIN_FLOPS = 1 << 21   # a BLAS product's chunks each keep this much work (and so
+# OpenBLAS's standard kernels: every element is summed in the same order for any split)
 
 
 def split_var(kern, threads: int):
-    """The outer loop variable whose range threads share, or None (run on one thread)."""
+    """(the outer loop variable whose range threads share, whether threads started per
+    call are worth it too), or (None, False): run on one thread."""
     if threads < 2:
-        return None
+        return None, False
+    if isinstance(kern, K.DotKernel) and blas_plan(kern) is not None:
+        return _blas_split(kern, threads), False
     if isinstance(kern, K.LoopKernel):
         outer, work = kern.loop_vars, _extent(kern.loop_vars)
     elif isinstance(kern, K.RowKernel):
@@ -1070,17 +1156,32 @@ def split_var(kern, threads: int):
     elif isinstance(kern, K.DotKernel):
         work = _extent(kern.batch_vars + kern.m_vars) * _extent(kern.n_vars) * \
             _extent(kern.k_vars)
-        if blas_plan(kern) is not None:
-            return None                   # OpenBLAS runs its own threads
         outer = kern.batch_vars + kern.m_vars
     elif isinstance(kern, K.ConvKernel):
         outer, work = kern.out_vars, _extent(kern.out_vars) * _extent(kern.red_vars)
     else:
-        return None
-    if work < PARALLEL_MIN_WORK:
-        return None
+        return None, False
+    if work < TEAM_MIN_WORK:
+        return None, False
     for v in outer:
         if isinstance(v, ix.IVar) and v.hi + 1 >= threads:
+            return v, work >= THREAD_MIN_WORK
+    return None, False
+
+
+def _blas_split(kern, threads: int):
+    """The m or n variable of a BLAS product to split between OpenMP's threads, or None.
+    Each thread's call packs all of the operand not split, so the split goes along the
+    larger one (m when B is the bigger operand, n when A is). Chunks stay large. Without
+    libgomp the product stays one call and OpenBLAS runs its own threads."""
+    real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+    ms, ns, ks = real(kern.m_vars), real(kern.n_vars), real(kern.k_vars)
+    M, N, Kd = _extent(ms), _extent(ns), _extent(ks)
+    if _extent(kern.batch_vars) * M * N * Kd < BLAS_CHUNK_MIN_FLOPS * threads:
+        return None
+    order = (ms + ns) if N * Kd >= M * Kd else (ns + ms)
+    for v in order:
+        if v.hi + 1 >= 16 * threads:
             return v
     return None
 
@@ -1137,7 +1238,8 @@ def emit_module(name: str, lowered, threads: int = 1) -> str:
             segments.append([])               # the runtime runs the collective in between
             continue
         aliased = _aliased_buffers(kern, offsets)
-        mb.add_kernel(kern, aliased, split_var(kern, threads))
+        split, own_threads = split_var(kern, threads)
+        mb.add_kernel(kern, aliased, split, own_threads)
         segments[-1].append(mb.kernels[-1])
     mb.add_main(segments, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
     mb.add_entry(1 + len(lowered.slots), len(lowered.inputs) + len(lowered.outputs))

@@ -1,0 +1,78 @@
+"""OpenMP's thread team (libgomp, through its C ABI) for graphc's parallel kernels.
+
+Native code holds two pointers, `graphc_gomp_parallel` and `graphc_gomp_thread_num`,
+that `bind()` fills with libgomp's `GOMP_parallel` and `omp_get_thread_num` when the
+library is present: kernels then run on OpenMP's persistent, spin-waiting team instead
+of threads started for each call (which cost tens of microseconds). Without libgomp, or
+with GRAPHC_OPENMP=0, the pointers stay null and the code starts its own threads for
+large kernels. Both paths split kernels into the same chunks, so graphc's kernels give
+the same bits either way. With the team, OpenBLAS runs one thread per call and the team
+splits large products (see graphc_runtime.blas); without it, OpenBLAS threads itself.
+
+libgomp's team does not survive fork(): a forked child (multiprocessing) gets the
+pointers cleared and starts its own threads.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import threading
+import weakref
+
+SYMBOLS = ("graphc_gomp_parallel", "graphc_gomp_thread_num")
+_lock = threading.Lock()
+_lib = False            # False: not looked for yet; None: absent
+_bound: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def library():
+    """libgomp (ctypes.CDLL), or None when absent or disabled by GRAPHC_OPENMP=0."""
+    global _lib
+    with _lock:
+        if _lib is False:
+            _lib = None
+            if os.environ.get("GRAPHC_OPENMP", "1") != "0":
+                name = ctypes.util.find_library("gomp") or "libgomp.so.1"
+                try:
+                    _lib = ctypes.CDLL(name)
+                except OSError:
+                    _lib = None
+        return _lib
+
+
+class _Slots:
+    """The addresses of one loaded program's two pointers (kept for fork handling)."""
+
+    def __init__(self, addresses):
+        self.addresses = addresses
+
+    def fill(self, values) -> None:
+        for address, value in zip(self.addresses, values):
+            ctypes.c_void_p.from_address(address).value = value
+
+
+def bind(engine, owner) -> bool:
+    """Point a loaded program at libgomp. `owner` keeps the binding alive (the program);
+    True when kernels will use OpenMP's team."""
+    addresses = [engine.get_global_value_address(name) for name in SYMBOLS]
+    if not all(addresses):
+        return False                       # code compiled before this existed
+    lib = library()
+    if lib is None:
+        return False
+    slots = _Slots(addresses)
+    slots.fill([ctypes.cast(lib.GOMP_parallel, ctypes.c_void_p).value,
+                ctypes.cast(lib.omp_get_thread_num, ctypes.c_void_p).value])
+    owner._openmp_slots = slots
+    _bound.add(slots)
+    return True
+
+
+def _after_fork_in_child() -> None:
+    for slots in list(_bound):
+        slots.fill([None, None])
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
