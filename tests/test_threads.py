@@ -113,3 +113,16 @@ def test_openmp_team_or_own_threads_give_the_same_bits_and_survive_fork(tmp_path
                                   np.load(tmp_path / "r1.tanh.npy"))
     np.testing.assert_allclose(np.load(tmp_path / "r0.blas.npy"),
                                np.load(tmp_path / "r1.blas.npy"), rtol=1e-4, atol=1e-6)
+
+
+def test_loaded_artifacts_run_on_the_same_team(tmp_path):
+    import graphc_runtime
+    from graphc_runtime import openmp
+    x = np.random.default_rng(3).standard_normal((600, 700)).astype(np.float32)
+    with gc.Graph():
+        p = gc.placeholder(x.shape, name="x")
+        exe = gc.compile(gc.tanh(p) * 2 + gc.softmax(p, axis=1), num_threads=2)
+    exe.save(str(tmp_path / "m.gcx"))
+    loaded = graphc_runtime.load(str(tmp_path / "m.gcx"))
+    assert loaded._native.openmp == exe._native.openmp == (openmp.library() is not None)
+    np.testing.assert_array_equal(loaded(x), exe(x))
