@@ -19,7 +19,7 @@ from . import kernel as K
 
 def refine_loop(kern: K.LoopKernel) -> K.LoopKernel:
     """`kern` with each loop variable split into the digits its divisions ask for, where
-    that leaves fewer divisions and remainders to compute."""
+    `_cost` finds that cheaper."""
     for v in list(kern.loop_vars):
         if not isinstance(v, ix.IVar):
             continue
@@ -39,8 +39,9 @@ SHORT_INNER_LOOP = 16       # an innermost loop shorter than a 16-lane vector
 
 
 def _cost(kern, before=None) -> int:
-    cost = sum(ADDRESS_DIVISION for e in _addresses(kern) if _has_division(e))
-    cost += _divisions(kern)
+    addresses, others = _index_exprs(kern)
+    cost = ADDRESS_DIVISION * sum(_has_division(e) for e in addresses)
+    cost += sum(_count_divisions(e) for e in addresses + others)
     inner = _innermost(kern)
     if before is not None and inner < min(16, _innermost(before)):
         cost += SHORT_INNER_LOOP * -(-16 // inner)   # more, the shorter it is
@@ -52,13 +53,12 @@ def _innermost(kern) -> int:
     return real[-1].hi + 1 if real else 1
 
 
+def _count_divisions(e) -> int:
+    return sum(isinstance(n, (ix.IDiv, ix.IMod)) for n in ix.subexpressions(e))
+
+
 def _has_division(e) -> bool:
-    return any(isinstance(n, (ix.IDiv, ix.IMod)) for n in ix.subexpressions(e))
-
-
-def _addresses(kern) -> list:
-    out = [ix.linearize(s.index, s.buffer.shape) for s in kern.stores]
-    return out + [ix.linearize(ld.index, ld.buffer.shape) for ld in K.kernel_loads(kern)]
+    return _count_divisions(e) > 0
 
 
 def _digits(v: ix.IVar, radices: list):
@@ -75,7 +75,7 @@ def _digits(v: ix.IVar, radices: list):
 
 def _chains(divisors: set, extent: int, limit: int = 6) -> list:
     """Every run c1 | c2 | ... (ascending) of the divisors that divide the extent, from
-    the `limit` most frequent candidates."""
+    the `limit` smallest candidates."""
     cands = sorted(c for c in divisors if 1 < c < extent and extent % c == 0)[:limit]
     chains = []
     for mask in range(1, 1 << len(cands)):
@@ -86,28 +86,31 @@ def _chains(divisors: set, extent: int, limit: int = 6) -> list:
 
 
 def _index_exprs(kern):
-    """Every index computation of the kernel: store and load addresses (linearized, as
-    they are emitted) and the other indices under its values (guards, iota, choices)."""
-    seen, out = set(), []
+    """The kernel's index computations: (store and load addresses, linearized as they are
+    emitted; the other indices under its values: guards, iota, choices)."""
+    seen, addresses, others = set(), [], []
 
     def walk_value(e):
         if id(e) in seen:
             return
         seen.add(id(e))
         if isinstance(e, K.Load):
-            out.append(ix.linearize(e.index, e.buffer.shape))
+            addresses.append(ix.linearize(e.index, e.buffer.shape))
             for i in e.index:
-                for sub in _iexpr_values(i):
-                    walk_value(sub)
+                walk_data(i)
             return
         for f in fields(e):
             walk_field(getattr(e, f.name))
 
+    def walk_data(i):
+        for n in ix.subexpressions(i):
+            if isinstance(n, ix.IFromValue):
+                walk_value(n.value)
+
     def walk_field(x):
         if isinstance(x, ix.IExpr):
-            out.append(x)
-            for sub in _iexpr_values(x):
-                walk_value(sub)
+            others.append(x)
+            walk_data(x)
         elif isinstance(x, K.VExpr):
             walk_value(x)
         elif isinstance(x, tuple):
@@ -115,31 +118,15 @@ def _index_exprs(kern):
                 walk_field(y)
 
     for s in kern.stores:
-        out.append(ix.linearize(s.index, s.buffer.shape))
+        addresses.append(ix.linearize(s.index, s.buffer.shape))
         walk_value(s.value)
-    return out
-
-
-def _iexpr_values(e):
-    """Value expressions inside an index expression (data-dependent indices)."""
-    if isinstance(e, ix.IFromValue):
-        return [e.value]
-    return [v for f in ("a", "b") if isinstance(getattr(e, f, None), ix.IExpr)
-            for v in _iexpr_values(getattr(e, f))]
+    return addresses, others
 
 
 def _divisors(kern, name: str) -> set:
-    found = set()
-    for e in _index_exprs(kern):
-        for n in ix.subexpressions(e):
-            if isinstance(n, (ix.IDiv, ix.IMod)) and name in ix.variables(n.a):
-                found.add(n.c)
-    return found
-
-
-def _divisions(kern) -> int:
-    return sum(isinstance(n, (ix.IDiv, ix.IMod)) for e in _index_exprs(kern)
-               for n in ix.subexpressions(e))
+    addresses, others = _index_exprs(kern)
+    return {n.c for e in addresses + others for n in ix.subexpressions(e)
+            if isinstance(n, (ix.IDiv, ix.IMod)) and name in ix.variables(n.a)}
 
 
 def _substitute_kernel(kern, sub: dict, old: ix.IVar, digits: list) -> K.LoopKernel:
