@@ -1,8 +1,8 @@
 """OpenMP's thread team (libgomp, through its C ABI) for graphc's parallel kernels.
 
-Native code holds two pointers, `graphc_gomp_parallel` and `graphc_gomp_thread_num`,
-that `bind()` fills with libgomp's `GOMP_parallel` and `omp_get_thread_num` when the
-library is present: kernels then run on OpenMP's persistent, spin-waiting team instead
+Native code holds three pointers, `graphc_gomp_parallel`, `graphc_gomp_thread_num` and
+`graphc_gomp_num_threads`, that `bind()` fills with libgomp's `GOMP_parallel`,
+`omp_get_thread_num` and `omp_get_num_threads` when the library is present: kernels then run on OpenMP's persistent, spin-waiting team instead
 of threads started for each call (which cost tens of microseconds). Without libgomp, or
 with GRAPHC_OPENMP=0, the pointers stay null and the code starts its own threads for
 large kernels. Both paths split kernels into the same chunks, so graphc's kernels give
@@ -20,7 +20,7 @@ import os
 import threading
 import weakref
 
-SYMBOLS = ("graphc_gomp_parallel", "graphc_gomp_thread_num")
+SYMBOLS = ("graphc_gomp_parallel", "graphc_gomp_thread_num", "graphc_gomp_num_threads")
 _lock = threading.Lock()
 _lib = False            # False: not looked for yet; None: absent
 _bound: "weakref.WeakSet" = weakref.WeakSet()
@@ -42,7 +42,7 @@ def library():
 
 
 class _Slots:
-    """The addresses of one loaded program's two pointers (kept for fork handling)."""
+    """The addresses of one loaded program's pointers (kept for fork handling)."""
 
     def __init__(self, addresses):
         self.addresses = addresses
@@ -62,8 +62,8 @@ def bind(engine, owner) -> bool:
     if lib is None:
         return False
     slots = _Slots(addresses)
-    slots.fill([ctypes.cast(lib.GOMP_parallel, ctypes.c_void_p).value,
-                ctypes.cast(lib.omp_get_thread_num, ctypes.c_void_p).value])
+    slots.fill([ctypes.cast(getattr(lib, f), ctypes.c_void_p).value
+                for f in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads")])
     owner._openmp_slots = slots
     _bound.add(slots)
     return True
@@ -71,7 +71,7 @@ def bind(engine, owner) -> bool:
 
 def _after_fork_in_child() -> None:
     for slots in list(_bound):
-        slots.fill([None, None])
+        slots.fill([None] * len(SYMBOLS))
 
 
 if hasattr(os, "register_at_fork"):

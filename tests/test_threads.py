@@ -93,7 +93,8 @@ def test_openmp_team_or_own_threads_give_the_same_bits_and_survive_fork(tmp_path
     """With libgomp (GRAPHC_OPENMP=1, the default) kernels run on OpenMP's team, with
     GRAPHC_OPENMP=0 on threads started per call: the same bits for graphc's kernels (the
     products differ in rounding only: without the team OpenBLAS runs its own threads),
-    and a forked child (where the team is gone) still runs, without hanging."""
+    and a forked child (where the team is gone) still runs, without hanging. A team
+    capped below the chunk count gives the same bits."""
     import os
     import subprocess
     import sys
@@ -101,18 +102,22 @@ def test_openmp_team_or_own_threads_give_the_same_bits_and_survive_fork(tmp_path
     script = tmp_path / "check.py"
     script.write_text(OPENMP_CHECK)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for setting in ("1", "0"):
-        env = dict(os.environ, GRAPHC_OPENMP=setting)
+    for setting, extra in (("1", {}), ("0", {}), ("limited", {"OMP_THREAD_LIMIT": "1"})):
+        env = dict(os.environ, GRAPHC_OPENMP="0" if setting == "0" else "1", **extra)
         out = subprocess.run([sys.executable, str(script), str(tmp_path / f"r{setting}")],
                              capture_output=True, text=True, timeout=120, env=env, cwd=root)
         assert out.returncode == 0, out.stderr[-2000:]
         assert "child 0" in out.stdout
-        expected = setting == "1" and openmp.library() is not None
+        expected = setting != "0" and openmp.library() is not None
         assert f"openmp {expected}" in out.stdout
     np.testing.assert_array_equal(np.load(tmp_path / "r0.tanh.npy"),
                                   np.load(tmp_path / "r1.tanh.npy"))
     np.testing.assert_allclose(np.load(tmp_path / "r0.blas.npy"),
                                np.load(tmp_path / "r1.blas.npy"), rtol=1e-4, atol=1e-6)
+    # a team smaller than asked for (OMP_THREAD_LIMIT=1) still runs every chunk once
+    for part in ("tanh", "blas"):
+        np.testing.assert_array_equal(np.load(tmp_path / f"rlimited.{part}.npy"),
+                                      np.load(tmp_path / f"r1.{part}.npy"))
 
 
 def test_loaded_artifacts_run_on_the_same_team(tmp_path):

@@ -15,6 +15,7 @@ import os
 import llvmlite.ir as ir
 
 from graphc_runtime.errors import CompileError
+from graphc_runtime.openmp import SYMBOLS as OPENMP_POINTERS
 
 from ..ir import dtypes
 from . import index as ix
@@ -232,15 +233,16 @@ class ModuleBuilder:
             for k, w in enumerate(words):
                 b.store(w, b.gep(ctx, [ir.Constant(I64, k)]))
             contexts.append(ctx)
-        gomp, _ = self.openmp()
-        team = b.load(gomp)
+        team = b.load(self.openmp()[0])
         with b.if_else(b.icmp_unsigned("!=", b.ptrtoint(team, I64), ir.Constant(I64, 0))) \
                 as (on_team, no_team):
             with on_team:
-                job = b.alloca(i8p, size=ir.Constant(I64, threads + 1))
+                job = b.alloca(i8p, size=ir.Constant(I64, threads + 2))
                 b.store(b.bitcast(trampoline, i8p), b.gep(job, [ir.Constant(I64, 0)]))
+                b.store(b.inttoptr(ir.Constant(I64, threads), i8p),
+                        b.gep(job, [ir.Constant(I64, 1)]))
                 for t, ctx in enumerate(contexts):
-                    b.store(b.bitcast(ctx, i8p), b.gep(job, [ir.Constant(I64, t + 1)]))
+                    b.store(b.bitcast(ctx, i8p), b.gep(job, [ir.Constant(I64, t + 2)]))
                 fnty = ir.FunctionType(VOID, [i8p, i8p, I32, I32])
                 b.call(b.bitcast(team, ir.PointerType(fnty)),
                        [b.bitcast(self.gomp_body(), i8p), b.bitcast(job, i8p),
@@ -273,11 +275,11 @@ class ModuleBuilder:
                 b.call(join, [b.load(tid), ir.Constant(ir.PointerType(i8p), None)])
 
     def openmp(self):
-        """The pointers the runtime sets to libgomp's GOMP_parallel and
-        omp_get_thread_num (null: no OpenMP; see graphc_runtime.openmp)."""
+        """The pointers the runtime sets to libgomp's GOMP_parallel, omp_get_thread_num
+        and omp_get_num_threads (null: no OpenMP; see graphc_runtime.openmp)."""
         i8p = ir.PointerType(I8)
         out = []
-        for name in ("graphc_gomp_parallel", "graphc_gomp_thread_num"):
+        for name in OPENMP_POINTERS:
             if name not in self.module.globals:
                 g = ir.GlobalVariable(self.module, i8p, name)
                 g.initializer = ir.Constant(i8p, None)
@@ -285,8 +287,10 @@ class ModuleBuilder:
         return out
 
     def gomp_body(self):
-        """void graphc_gomp_body(i8** job): what each OpenMP thread runs: job[0] is a
-        chunk trampoline, job[1 + t] thread t's chunk context."""
+        """void graphc_gomp_body(i8** job): what each OpenMP thread runs. job[0] is a
+        chunk trampoline, job[1] the number of chunks, job[2 + c] chunk c's context;
+        thread t runs chunks t, t + n, ... of a team of n (libgomp may give fewer
+        threads than asked for: every chunk still runs exactly once)."""
         name = "graphc_gomp_body"
         if name in self.module.globals:
             return self.module.globals[name]
@@ -295,13 +299,28 @@ class ModuleBuilder:
         fn.linkage = "internal"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         job = b.bitcast(fn.args[0], ir.PointerType(i8p))
-        _, thread_num = self.openmp()
-        tn = b.bitcast(b.load(thread_num), ir.PointerType(ir.FunctionType(I32, [])))
-        t = b.sext(b.call(tn, []), I64)
+        _, thread_num, num_threads = self.openmp()
+        query = lambda ptr: b.sext(b.call(b.bitcast(b.load(ptr), ir.PointerType(
+            ir.FunctionType(I32, []))), []), I64)
+        first, team = query(thread_num), query(num_threads)
+        team = b.select(b.icmp_signed("<", team, ir.Constant(I64, 1)), ir.Constant(I64, 1), team)
         tramp = b.bitcast(b.load(b.gep(job, [ir.Constant(I64, 0)])),
                           ir.PointerType(ir.FunctionType(i8p, [i8p])))
-        ctx = b.load(b.gep(job, [b.add(t, ir.Constant(I64, 1))]))
-        b.call(tramp, [ctx])
+        chunks = b.ptrtoint(b.load(b.gep(job, [ir.Constant(I64, 1)])), I64)
+        pre = b.block
+        head = fn.append_basic_block("chunk.head")
+        body = fn.append_basic_block("chunk.body")
+        done = fn.append_basic_block("chunk.done")
+        b.branch(head)
+        b.position_at_end(head)
+        c = b.phi(I64)
+        c.add_incoming(first, pre)
+        b.cbranch(b.icmp_signed("<", c, chunks), body, done)
+        b.position_at_end(body)
+        b.call(tramp, [b.load(b.gep(job, [b.add(c, ir.Constant(I64, 2))]))])
+        c.add_incoming(b.add(c, team), b.block)
+        b.branch(head)
+        b.position_at_end(done)
         b.ret_void()
         return fn
 
