@@ -31,14 +31,17 @@ def library():
     global _lib
     with _lock:
         if _lib is False:
-            _lib = None
-            if os.environ.get("GRAPHC_OPENMP", "1") != "0":
-                name = ctypes.util.find_library("gomp") or "libgomp.so.1"
-                try:
-                    _lib = ctypes.CDLL(name)
-                except OSError:
-                    _lib = None
+            _lib = find() if os.environ.get("GRAPHC_OPENMP", "1") != "0" else None
         return _lib
+
+
+def find():
+    """libgomp loaded (ctypes.CDLL) if this machine has it, else None (whatever
+    GRAPHC_OPENMP says)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("gomp") or "libgomp.so.1")
+    except OSError:
+        return None
 
 
 class _Slots:

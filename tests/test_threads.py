@@ -108,7 +108,7 @@ def test_openmp_team_or_own_threads_give_the_same_bits_and_survive_fork(tmp_path
                              capture_output=True, text=True, timeout=120, env=env, cwd=root)
         assert out.returncode == 0, out.stderr[-2000:]
         assert "child 0" in out.stdout
-        expected = setting != "0" and openmp.library() is not None
+        expected = setting != "0" and openmp.find() is not None
         assert f"openmp {expected}" in out.stdout
     np.testing.assert_array_equal(np.load(tmp_path / "r0.tanh.npy"),
                                   np.load(tmp_path / "r1.tanh.npy"))
