@@ -307,22 +307,29 @@ class ModuleBuilder:
         tramp = b.bitcast(b.load(b.gep(job, [ir.Constant(I64, 0)])),
                           ir.PointerType(ir.FunctionType(i8p, [i8p])))
         chunks = b.ptrtoint(b.load(b.gep(job, [ir.Constant(I64, 1)])), I64)
-        pre = b.block
-        head = fn.append_basic_block("chunk.head")
-        body = fn.append_basic_block("chunk.body")
-        done = fn.append_basic_block("chunk.done")
-        b.branch(head)
-        b.position_at_end(head)
-        c = b.phi(I64)
-        c.add_incoming(first, pre)
-        b.cbranch(b.icmp_signed("<", c, chunks), body, done)
-        b.position_at_end(body)
-        b.call(tramp, [b.load(b.gep(job, [b.add(c, ir.Constant(I64, 2))]))])
-        c.add_incoming(b.add(c, team), b.block)
-        b.branch(head)
-        b.position_at_end(done)
+        strided_loop(b, first, chunks, team, lambda c: b.call(
+            tramp, [b.load(b.gep(job, [b.add(c, ir.Constant(I64, 2))]))]))
         b.ret_void()
         return fn
+
+
+def strided_loop(b: ir.IRBuilder, start, stop, step, body) -> None:
+    """for (i = start; i < stop; i += step) body(i), all i64 and non-negative, emitted
+    at the builder's position (which ends after the loop)."""
+    pre = b.block
+    head = b.append_basic_block("strided.head")
+    loop = b.append_basic_block("strided.body")
+    done = b.append_basic_block("strided.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_unsigned("<", i, stop), loop, done)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(b.add(i, step), b.block)
+    b.branch(head)
+    b.position_at_end(done)
 
 
 BLAS_MIN_FLOPS = 1 << 15

@@ -22,7 +22,7 @@ from ..ir import dtypes
 from . import index as ix
 from . import kernel as K
 from .cpu import (COMPUTE, I32, I64, STORAGE, VOID, Emitter, ModuleBuilder, _aliased_buffers,
-                  _extent, affine)
+                  _extent, affine, strided_loop)
 
 TRIPLE = "nvptx64-nvidia-cuda"
 BLOCK = 256
@@ -115,27 +115,17 @@ class GpuEmitter(Emitter):
     def _strided(self, total: int, start, stride, names, body) -> None:
         """for (i = start; i < total; i += stride) with `names` set from i."""
         b = self.b
-        pre = b.block
-        head = b.append_basic_block("strided.head")
-        loop = b.append_basic_block("strided.body")
-        done = b.append_basic_block("strided.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64)
-        i.add_incoming(start, pre)
-        b.cbranch(b.icmp_unsigned("<", i, ir.Constant(I64, total)), loop, done)
-        b.position_at_end(loop)
-        rest = i
-        for k, v in enumerate(reversed(names)):
-            n = ir.Constant(I64, v.hi + 1)
-            self.env[v.name] = b.urem(rest, n) if k < len(names) - 1 else rest
-            rest = b.udiv(rest, n)
-        saved = dict(self.cache)
-        body()
-        self.cache = saved
-        i.add_incoming(b.add(i, stride), b.block)
-        b.branch(head)
-        b.position_at_end(done)
+
+        def each(i):
+            rest = i
+            for k, v in enumerate(reversed(names)):
+                n = ir.Constant(I64, v.hi + 1)
+                self.env[v.name] = b.urem(rest, n) if k < len(names) - 1 else rest
+                rest = b.udiv(rest, n)
+            saved = dict(self.cache)
+            body()
+            self.cache = saved
+        strided_loop(b, start, ir.Constant(I64, total), stride, each)
 
     def warp_loop(self, vars_, body) -> None:
         """Rows spread over warps (grid-stride by warp)."""
