@@ -464,7 +464,6 @@ class PtxProgram:
         pb = b.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(module, pb)
         self.arch = arch
-        self.nvvm_ir = str(module)          # optimized, for inspection
         self.ptx = tm.emit_assembly(module)
         self.launches = [{"kernel": name_, "threads": total,
                           "block": BLOCK, "grid": max(1, min(math.ceil(total / BLOCK), MAX_GRID)),
