@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from .dtypes import NUMPY, type_str
 from .errors import CompileError, FeedError
 from .feeds import bind_inputs, check_array
 
+ENTRY_ABI = 2     # graphc_entry returns i32: 0 after a run, k+1 if input k overlaps the
+                  # arena or a variable (then nothing ran); the object code says which
+                  # contract it has in its `graphc_entry_abi` global
 _llvm_ready = False
 _llvm_lock = threading.Lock()
 
@@ -61,6 +65,21 @@ def _numpy_data_offset_ok() -> bool:
         return ctypes.c_void_p.from_address(id(probe) + 16).value == probe.ctypes.data
     except (ValueError, OSError):
         return False
+
+
+def _overlaps(a: np.ndarray, ranges: list) -> bool:
+    """Does contiguous `a` share a byte with any (address, nbytes) range?"""
+    start, end = a.ctypes.data, a.ctypes.data + a.nbytes
+    return a.nbytes > 0 and any(lo < end and start < lo + n for lo, n in ranges if n)
+
+
+def _refcount(cache: list, k: int) -> int:
+    """References to cache[k], counted from the same code position every time."""
+    value = cache[k]
+    return sys.getrefcount(value)
+
+
+_ONLY_CACHED = _refcount([np.empty(0)], 0)    # the count when only the cache refers to it
 
 
 def aligned_empty(nbytes: int, align: int = 64) -> np.ndarray:
@@ -146,8 +165,10 @@ class CpuProgram:
         self._segments = [ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
             self.engine.get_function_address(f"graphc_segment_{k}"))
             for k in range(len(self.collectives) + 1)] if self.collectives else []
-        if entry and _numpy_data_offset_ok() and not self.collectives:
-            self._entry = ctypes.CFUNCTYPE(None, ctypes.c_void_p,
+        abi = self.engine.get_global_value_address("graphc_entry_abi")
+        if entry and abi and ctypes.c_int32.from_address(abi).value == ENTRY_ABI and \
+                _numpy_data_offset_ok() and not self.collectives:
+            self._entry = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p,
                                            *([ctypes.py_object] * n_obj))(entry)
         self.arena_bytes = int(arena_bytes)
         self.arena = aligned_empty(max(self.arena_bytes, 64))
@@ -174,6 +195,9 @@ class CpuProgram:
             self._fixed[k] = c.ctypes.data
             k += 1
         self._fixed_address = ctypes.addressof(self._fixed)
+        # memory the program writes: an input overlapping it is copied first
+        self._written = [(self.arena.ctypes.data, self.arena_bytes)] + \
+            [(v.ctypes.data, v.nbytes) for v in dict.values(self.variables)]
         self._names = [e[0] for e in signature.inputs]
         # recycle only large results: small ones are cheap to allocate
         self._recycle = sum(int(np.prod(s)) * NUMPY[d].itemsize
@@ -204,22 +228,28 @@ class CpuProgram:
             arrays.append(value)
         with self.lock:
             outs = self._fresh_outputs()
-            self._entry(self._fixed_address, *arrays, *outs)
+            clash = self._entry(self._fixed_address, *arrays, *outs)
+            while clash:              # input clash-1 shares memory the program writes
+                arrays[clash - 1] = arrays[clash - 1].copy()
+                clash = self._entry(self._fixed_address, *arrays, *outs)
         return outs
 
     def _fresh_outputs(self) -> list:
-        """Arrays for this call's results. An array returned by an earlier call that
-        nobody references any more (only this cache holds it) is reused: large outputs
-        then skip the page faults of new memory. Callers always get arrays no one else
-        can see."""
+        """Arrays for this call's results (called under the lock). A large result of an
+        earlier call is reused when nothing but this executable's private cache refers
+        to it (no caller's name, container, view or weak reference): that skips the page
+        faults of new memory. The list handed out is never the cache itself, so a result
+        on its way back to a caller always has a second reference."""
         outs = []
+        cache = self._recycled
         for k, (shape, npd) in enumerate(self._outputs):
-            old = self._recycled[k]
-            if old is not None and sys.getrefcount(old) == 3:   # cache list, `old`, arg
-                outs.append(old)
+            if cache[k] is not None and _refcount(cache, k) == _ONLY_CACHED and \
+                    not weakref.getweakrefcount(cache[k]):
+                outs.append(cache[k])
             else:
                 outs.append(np.empty(shape, npd))
-        self._recycled = outs if self._recycle else [None] * len(outs)
+        if self._recycle:
+            self._recycled = list(outs)
         return outs
 
     def _run(self, values: list) -> list:
@@ -227,6 +257,7 @@ class CpuProgram:
                   for value, (name, shape, npd, dname, tstr) in zip(values, self._inputs)]
         outs = [np.empty(shape, npd) for shape, npd in self._outputs]
         with self.lock:
+            arrays = [a.copy() if _overlaps(a, self._written) else a for a in arrays]
             table = self._table
             if self.poison_arena:
                 self.arena.fill(0xFF)          # NaN in every float format

@@ -14,6 +14,7 @@ import os
 
 import llvmlite.ir as ir
 
+from graphc_runtime.cpu import ENTRY_ABI
 from graphc_runtime.errors import CompileError
 from graphc_runtime.openmp import SYMBOLS as OPENMP_POINTERS
 
@@ -188,19 +189,30 @@ class ModuleBuilder:
         b.ret_void()
         return fn
 
-    def add_entry(self, slots: int, objects: int) -> None:
-        """graphc_entry(ptr fixed, ptr obj_1, ..., ptr obj_n): the fast call path.
+    def add_entry(self, slots: int, objects: int, input_bytes: list, guarded: list) -> None:
+        """i32 graphc_entry(ptr fixed, ptr obj_1, ..., ptr obj_n): the fast call path.
 
         `fixed` is a table with the arena, variables and constants filled in; obj_k are
         numpy arrays (PyObject*) for the inputs and outputs, whose data pointer the
         wrapper reads from numpy's array struct (the field right after the object
-        header, NUMPY_DATA_OFFSET bytes in; the runtime checks this before using it)."""
+        header, NUMPY_DATA_OFFSET bytes in; the runtime checks this before using it).
+
+        Before running, each input's bytes (`input_bytes[k]` long) are compared with the
+        `guarded` (table slot, bytes) ranges the program writes (the arena, variables):
+        an input that overlaps one would be read after the program overwrote it, so
+        nothing runs and the entry returns k + 1 for the first such input (the runtime
+        copies it and calls again); 0 after a run. The global `graphc_entry_abi` tells
+        the runtime that the entry has this contract."""
         i8p = ir.PointerType(I8)
-        fn = ir.Function(self.module, ir.FunctionType(VOID, [ir.PointerType(i8p)] +
+        abi = ir.GlobalVariable(self.module, I32, "graphc_entry_abi")
+        abi.initializer = ir.Constant(I32, ENTRY_ABI)
+        abi.global_constant = True
+        fn = ir.Function(self.module, ir.FunctionType(I32, [ir.PointerType(i8p)] +
                                                       [i8p] * objects), "graphc_entry")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         table = b.alloca(i8p, size=ir.Constant(I64, slots))
         fixed = fn.args[0]
+        values = {}
         for k in range(slots):
             if 1 <= k <= objects:
                 obj = fn.args[k]
@@ -209,9 +221,26 @@ class ModuleBuilder:
                 value = b.load(field)
             else:
                 value = b.load(b.gep(fixed, [ir.Constant(I64, k)]))
+            values[k] = value
             b.store(value, b.gep(table, [ir.Constant(I64, k)]))
+        clash = ir.Constant(I32, 0)
+        ranges = [(b.ptrtoint(values[slot], I64), size) for slot, size in guarded if size]
+        for k in reversed(range(len(input_bytes))):       # the first clash wins
+            if not input_bytes[k]:
+                continue
+            start = b.ptrtoint(values[1 + k], I64)
+            end = b.add(start, ir.Constant(I64, input_bytes[k]))
+            for lo, size in ranges:
+                hit = b.and_(b.icmp_unsigned("<", start, b.add(lo, ir.Constant(I64, size))),
+                             b.icmp_unsigned("<", lo, end))
+                clash = b.select(hit, ir.Constant(I32, k + 1), clash)
+        run, refuse = fn.append_basic_block("run"), fn.append_basic_block("refuse")
+        b.cbranch(b.icmp_unsigned("==", clash, ir.Constant(I32, 0)), run, refuse)
+        b.position_at_end(refuse)
+        b.ret(clash)
+        b.position_at_end(run)
         b.call(self.module.globals["graphc_main"], [table])
-        b.ret_void()
+        b.ret(ir.Constant(I32, 0))
 
     def _parallel_call(self, b, fn_k, ptrs, split, trampoline, own_threads=True) -> None:
         """Run fn_k over `split`'s range in `threads` contiguous chunks. On OpenMP's team
@@ -1268,7 +1297,13 @@ def emit_module(name: str, lowered, threads: int = 1) -> str:
         mb.add_kernel(kern, aliased, split, own_threads)
         segments[-1].append(mb.kernels[-1])
     mb.add_main(segments, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
-    mb.add_entry(1 + len(lowered.slots), len(lowered.inputs) + len(lowered.outputs))
+    external = sorted((lowered.slots[b.id], b) for b in lowered.buffers.values()
+                      if b.id in lowered.slots)
+    input_bytes = [_size(b) for _, b in external if b.kind == "input"]
+    guarded = [(0, lowered.memory.arena_bytes)] + \
+        [(slot, _size(b)) for slot, b in external if b.kind == "variable"]
+    mb.add_entry(1 + len(lowered.slots), len(lowered.inputs) + len(lowered.outputs),
+                 input_bytes, guarded)
     return str(mb.module)
 
 
