@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-lowest bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,26 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest tests
 
+# the dependency range's low end: the oldest numpy/llvmlite/... pyproject accepts
+# (.ci/lowest.txt), then numba 0.65 beside graphc (it pins llvmlite 0.47, LLVM 20):
+# the tests and a short speed check (bench/speed_check.py) on each
+LOW_VENV := .venv-lowest
+LOW_PY   := $(LOW_VENV)/bin/python
+CODEGEN_TESTS := tests/test_vectorized.py tests/test_compile_primitives.py tests/test_mathlib.py \
+	tests/test_cuda_ptx.py tests/test_aliasing.py tests/test_artifacts.py tests/test_threads.py
+
+test-lowest:
+	rm -rf $(LOW_VENV)
+	$(PYTHON) -m venv $(LOW_VENV)
+	$(LOW_PY) -m pip install -q --upgrade pip
+	$(LOW_PY) -m pip install -q -c .ci/lowest.txt -e '.[test]'
+	$(LOW_PY) -m pip list 2>/dev/null | grep -i -E '^(numpy|llvmlite|networkx|ml.dtypes|scipy-openblas32) '
+	$(LOW_PY) -m pytest tests --ignore=tests/test_examples.py --ignore=tests/test_distributed.py
+	$(LOW_PY) -m bench.speed_check
+	$(LOW_PY) -m pip install -q 'numba==0.65.*'
+	$(LOW_PY) -m pytest $(CODEGEN_TESTS)
+	$(LOW_PY) -m bench.speed_check
+
 # benchmarks: graphc against numpy, and jax / torch (CPU builds) installed by the bench extra
 BENCH_STAMP := $(VENV)/.bench-installed
 $(BENCH_STAMP): $(STAMP)
@@ -28,4 +48,4 @@ bench: $(BENCH_STAMP)
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(LOW_VENV) build *.egg-info

@@ -175,8 +175,10 @@ def main(argv=None) -> dict:
     probes = machine_probes(args.n * args.n)
     limits = machine_limits(probes, args.repeat)
     available = peers.available()
+    versions = toolchain()
     print(f"machine: copy {limits['copy_GBps']:.1f} GB/s, numpy sgemm "
           f"{limits['sgemm_GFLOPs']:.0f} GFLOP/s; peers: {', '.join(available)}")
+    print("toolchain: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     rows = []
     header = f"{'workload':26} {'graphc':>10}" + "".join(f" {p:>16}" for p in available) + \
         f" {'of limit':>9}"
@@ -219,12 +221,20 @@ def main(argv=None) -> dict:
         print(f"{name:26} {_fmt(g_ms, kind):>10}" + "".join(f" {c}" for c in cells) +
               f" {fraction:>9}")
         rows.append(row)
-    result = {"limits": limits, "rows": rows, "threads": os.cpu_count()}
+    result = {"limits": limits, "rows": rows, "threads": os.cpu_count(), "versions": versions}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
         print(f"(ratios are peer time / graphc time; written to {args.json})")
     return result
+
+
+def toolchain() -> dict:
+    """Versions that decide graphc's speed: llvmlite and its LLVM, numpy, and whether
+    the LLVM vectorizes llvm.ldexp (the exp kernels' scaling)."""
+    from graphc.codegen import llvm_features
+    return dict(llvm_features.versions(), numpy=np.__version__,
+                ldexp_vectorized=llvm_features.vectorizes_ldexp())
 
 
 def _fmt(ms: float, kind) -> str:

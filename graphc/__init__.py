@@ -3,6 +3,10 @@
 Build a graph with placeholders, constants and variables; differentiate it with
 `grad`; run it with the reference interpreter (`evaluate`).
 """
+from .codegen.llvm_features import require_supported_llvmlite
+
+require_supported_llvmlite()
+
 from graphc_runtime.errors import (ArtifactError, CompileError, DeviceError, DTypeError,
                                    FeedError, GraphcError, ShapeError)
 

@@ -10,7 +10,7 @@ from graphc_runtime.errors import CompileError, DeviceError, GraphcError
 from . import passes
 from .api import Tensor, checked_updates, flatten_outputs, _graph_of, structure_of
 from .codegen import cpu as cpu_codegen
-from .codegen.lower import lower
+from .kernels.lower import lower
 from .executable import Executable
 from .ir import dtypes
 from .ir.source import user_location
@@ -175,7 +175,7 @@ def output_names(outputs, count: int) -> list:
 def collective_steps(lowered) -> list:
     """The collectives between native segments, with where their buffers live (a table
     slot for inputs/outputs/variables/constants, an arena offset for temporaries)."""
-    from .codegen import kernel as K
+    from .kernels import kernel as K
 
     def where(buf):
         if buf.kind == "temp":

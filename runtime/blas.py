@@ -41,14 +41,20 @@ def _load():
                 import scipy_openblas32
             except ImportError:
                 return None
-            directory = scipy_openblas32.get_lib_dir()
-            names = [f for f in os.listdir(directory) if f.startswith("lib") and ".so" in f
-                     or f.endswith((".dylib", ".dll"))]
-            if not names:
+            path = _library_path(scipy_openblas32)
+            if path is None:
                 return None
-            _lib = ctypes.CDLL(os.path.join(directory, sorted(names)[0]),
-                               mode=getattr(ctypes, "RTLD_GLOBAL", 0))
+            _lib = ctypes.CDLL(path, mode=getattr(ctypes, "RTLD_GLOBAL", 0))
         return _lib
+
+
+def _library_path(package) -> str | None:
+    """The OpenBLAS shared library inside scipy-openblas32's lib folder (older releases
+    keep libgfortran and libquadmath beside it)."""
+    directory = package.get_lib_dir()
+    names = sorted(f for f in os.listdir(directory) if "openblas" in f and
+                   (".so" in f or f.endswith((".dylib", ".dll"))))
+    return os.path.join(directory, names[0]) if names else None
 
 
 def available() -> bool:

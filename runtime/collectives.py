@@ -54,8 +54,8 @@ def check_size(op: str, axis_size: int) -> None:
 
 def run(op: str, attrs: dict, src: np.ndarray, dst: np.ndarray) -> None:
     """dst = op(src across all ranks); src and dst are contiguous arrays."""
+    c = comm()                       # a GraphcError naming the extra when mpi4py is missing
     from mpi4py import MPI
-    c = comm()
     check_size(op, attrs["axis_size"])
     size = c.Get_size()
     if op == "all_reduce":

@@ -18,3 +18,6 @@ def test_bench_runs_every_workload_and_writes_json(tmp_path, capsys):
     assert json.loads(out.read_text())["rows"][0]["workload"].startswith("W1")
     printed = capsys.readouterr().out
     assert "machine: copy" in printed and "W8 CNN step" in printed
+    import llvmlite
+    assert f"llvmlite {llvmlite.__version__}, llvm " in printed
+    assert result["versions"]["llvmlite"] == llvmlite.__version__

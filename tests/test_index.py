@@ -5,7 +5,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from graphc.codegen import index as ix
+from graphc.kernels import index as ix
 
 
 def evaluate(e, env):

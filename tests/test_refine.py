@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 import graphc as gc
-from graphc.codegen import index as ix
-from graphc.codegen import kernel as K
-from graphc.codegen.cpu import affine
-from graphc.codegen.refine import refine_loop
+from graphc.kernels import index as ix
+from graphc.kernels import kernel as K
+from graphc.kernels.index import affine
+from graphc.kernels.refine import refine_loop
 from tests.compiled import check_compiled
 
 

@@ -19,10 +19,10 @@ import llvmlite.ir as ir
 from graphc_runtime.errors import CompileError
 
 from ..ir import dtypes
-from . import index as ix
-from . import kernel as K
+from ..kernels import index as ix
+from ..kernels import kernel as K
 from .cpu import (COMPUTE, I32, I64, STORAGE, VOID, Emitter, ModuleBuilder, _aliased_buffers,
-                  _extent, affine, strided_loop)
+                  _extent, strided_loop)
 
 TRIPLE = "nvptx64-nvidia-cuda"
 BLOCK = 256
@@ -79,7 +79,7 @@ class GpuEmitter(Emitter):
             self.lane_base = {}
             for acc in K.kernel_loads(k) + list(k.stores):
                 lin = ix.linearize(acc.index, acc.buffer.shape)
-                aff = affine(lin)
+                aff = ix.affine(lin)
                 if aff is not None and aff[0].get(inner.name) == 1 and \
                         not ix.has_data_index(lin):
                     saved = self.cache
@@ -372,7 +372,7 @@ def thread_per_row(kernel) -> bool:
         return False
     along_kept = along_reduced = 0
     for ld in K.kernel_loads(kernel):
-        aff = affine(ix.linearize(ld.index, ld.buffer.shape))
+        aff = ix.affine(ix.linearize(ld.index, ld.buffer.shape))
         if aff is not None:
             along_kept += aff[0].get(kept[-1].name) == 1
             along_reduced += aff[0].get(reduced[-1].name) == 1
@@ -395,7 +395,7 @@ def vector_lanes(kernel) -> int:
     if lanes < 2 or (inner.hi + 1) % lanes:
         return 1
     for s in kernel.stores:
-        aff = affine(ix.linearize(s.index, s.buffer.shape))
+        aff = ix.affine(ix.linearize(s.index, s.buffer.shape))
         if aff is None or aff[0].get(inner.name) != 1 or aff[1] % lanes or \
                 any(c % lanes for n, c in aff[0].items() if n != inner.name):
             return 1
@@ -457,6 +457,7 @@ class PtxProgram:
                                        "toolkit or the nvidia-cuda-nvcc wheel")
                 with open(path, "rb") as f:
                     module.link_in(b.parse_bitcode(f.read()))
+                _internalize_library(module, {k for k, _, _ in mb.launches})
             module.verify()
         except RuntimeError as e:
             raise CompileError(f"generated NVVM IR is invalid: {e}") from None
@@ -470,6 +471,16 @@ class PtxProgram:
                           # (tiled dots need BLOCK == TILE * TILE threads per block)
                           "buffers": [_where(buf, lowered) for buf in bufs]}
                          for name_, total, bufs in mb.launches]
+
+
+def _internalize_library(module, kernels: set) -> None:
+    """Give every linked libdevice function internal linkage, so the optimizer keeps only
+    those the kernels call. (Left external, all of libdevice reaches the PTX, including
+    functions that call NVVM intrinsics an older NVPTX backend cannot lower, such as
+    CUDA 13's llvm.nvvm.tanh.approx.f32 under LLVM 20: ptxas then rejects the file.)"""
+    for fn in module.functions:
+        if not fn.is_declaration and fn.name not in kernels:
+            fn.linkage = "internal"
 
 
 def _where(buf, lowered) -> dict:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from ..codegen import kernel as K
+from ..kernels import kernel as K
 from ..ir.graph import Node
 from ..ir.primitive import lookup
 from .program import Program

@@ -1,7 +1,7 @@
 """Kernel IR: one loop nest per fusion group, an expression tree per element.
 
 Backend-neutral: views (broadcast, reshape, transpose, slice, pad, reverse, concatenate)
-and gathers become index arithmetic (graphc.codegen.index); elementwise primitives
+and gathers become index arithmetic (graphc.kernels.index); elementwise primitives
 become `Prim` nodes; reductions, dots and convolutions become explicit kernels with
 accumulators. The CPU (LLVM) and CUDA (NVVM) lowerings consume these dataclasses.
 """

@@ -326,3 +326,23 @@ def show(e: IExpr) -> str:
     if isinstance(e, IClamp):
         return f"clamp({show(e.a)}, {e.lo}, {e.hi})"
     return "idx(...)"
+
+
+def affine(e: IExpr):
+    """(coefficients by loop variable name, constant) of an affine index, else None."""
+    if isinstance(e, IConst):
+        return {}, e.value
+    if isinstance(e, IVar):
+        return {e.name: 1}, 0
+    if isinstance(e, IAdd):
+        a, b = affine(e.a), affine(e.b)
+        if a is None or b is None:
+            return None
+        coefs = dict(a[0])
+        for name, c in b[0].items():
+            coefs[name] = coefs.get(name, 0) + c
+        return coefs, a[1] + b[1]
+    if isinstance(e, IMul):
+        a = affine(e.a)
+        return None if a is None else ({n: c * e.c for n, c in a[0].items()}, a[1] * e.c)
+    return None

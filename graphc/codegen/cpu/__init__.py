@@ -1,0 +1,17 @@
+"""Lowering of kernel IR to LLVM IR for the host CPU (llvmlite).
+
+One module, one entry function `graphc_main(i8** table)`: table[0] is the arena, the
+other slots hold external buffers (inputs, outputs, variables, constants). Each kernel
+is an internal function over typed `noalias` pointers with plain counted loops whose
+innermost dimension is contiguous, so LLVM's loop vectorizer can widen them.
+float16/bfloat16 are storage types (math in float32, rounded after each operation, as the
+reference does); bool is stored as one byte.
+"""
+from .loops import Emitter
+from .module import ModuleBuilder, NativeModule, _aliased_buffers, _size, emit_module
+from .parallel import _extent, split_var, strided_loop
+from .types import COMPUTE, F16, F32, F64, I1, I8, I16, I32, I64, STORAGE, VOID
+
+__all__ = ["COMPUTE", "F16", "F32", "F64", "I1", "I8", "I16", "I32", "I64", "STORAGE",
+           "VOID", "Emitter", "ModuleBuilder", "NativeModule", "_aliased_buffers", "_extent",
+           "_size", "emit_module", "split_var", "strided_loop"]

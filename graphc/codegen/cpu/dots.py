@@ -1,0 +1,186 @@
+"""Dots (BLAS calls or loop nests), convolutions and scatter-adds."""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+
+from ...kernels import index as ix
+from ...kernels import kernel as K
+from .types import COMPUTE, I32, I64
+
+
+BLAS_MIN_FLOPS = 1 << 15
+
+
+def blas_plan(k: "K.DotKernel"):
+    """How to run this dot as BLAS gemm calls (per batch index), or None."""
+    from graphc_runtime import blas
+    if k.out.dtype not in ("float32", "float64") or k.acc_dtype != k.out.dtype:
+        return None
+    real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+    ms, ns, ks = real(k.m_vars), real(k.n_vars), real(k.k_vars)
+    if len(ms) > 1 or len(ns) > 1 or len(ks) > 1 or len(real(k.k_vars)) != len(ks):
+        return None
+    size = lambda vs: vs[0].hi + 1 if vs else 1
+    M, N, Kd = size(ms), size(ns), size(ks)
+    if M * N * Kd < BLAS_MIN_FLOPS or max(M, N, Kd) >= 2 ** 31 or not blas.available():
+        return None
+    plan = {"M": M, "N": N, "K": Kd, "batch_coefs": {}}
+    names = {v.name for v in real(k.batch_vars)}
+    for operand, rows, cols, key in ((k.lhs, ms, ks, "a"), (k.rhs, ks, ns, "b")):
+        if not isinstance(operand, K.Load) or operand.buffer.dtype != k.out.dtype:
+            return None
+        aff = ix.affine(ix.linearize(operand.index, operand.buffer.shape))
+        if aff is None:
+            return None
+        coefs, const = aff
+        if const < 0 or any(c < 0 for c in coefs.values()):
+            return None
+        r = coefs.get(rows[0].name, 0) if rows else 0
+        c = coefs.get(cols[0].name, 0) if cols else 0
+        extra = set(coefs) - names - {v.name for v in rows + cols}
+        if extra:
+            return None
+        nr, nc = (M, Kd) if key == "a" else (Kd, N)
+        if (c == 1 or nc == 1) and (nr == 1 or r >= nc):
+            trans, ld = 111, (r if nr > 1 else max(nc, 1))
+        elif (r == 1 or nr == 1) and (nc == 1 or c >= nr):
+            trans, ld = 112, (c if nc > 1 else max(nr, 1))
+        else:
+            return None
+        plan[f"trans_{key}"], plan[f"ld{key}"], plan[f"{key}_const"] = trans, max(ld, 1), const
+        plan["batch_coefs"][operand.buffer.id] = [(n, coefs[n]) for n in coefs if n in names]
+    if k.lhs.buffer.id == k.rhs.buffer.id:
+        plan["batch_coefs"][k.lhs.buffer.id] = None     # both operands: computed separately
+        la = ix.affine(ix.linearize(k.lhs.index, k.lhs.buffer.shape))[0]
+        lb = ix.affine(ix.linearize(k.rhs.index, k.rhs.buffer.shape))[0]
+        if [(n, la[n]) for n in la if n in names] != [(n, lb[n]) for n in lb if n in names]:
+            return None
+        plan["batch_coefs"][k.lhs.buffer.id] = [(n, la[n]) for n in la if n in names]
+    return plan
+
+
+class DotEmitter:
+    """Emitter methods for DotKernel, ConvKernel and ScatterKernel."""
+
+    def dot(self, k: K.DotKernel) -> None:
+        b = self.b
+        out = k.out
+        plan = blas_plan(k) if not self.per_element_dots else None
+        if plan is not None:
+            return self.dot_blas(k, plan)
+        # accumulate in the output buffer (row by row), or per element in a register
+        direct = out.dtype == k.acc_dtype and not self.per_element_dots
+
+        def zero():
+            self.store(out, k.out_index, ir.Constant(COMPUTE[out.dtype], 0))
+
+        def update():
+            a = self.value(k.lhs)
+            cur = self.load(out, k.out_index)
+            self.store(out, k.out_index, self._fma(a, self.value(k.rhs), cur, out.dtype))
+
+        def epilogue():
+            self.accs[0] = self.load(out, k.out_index)
+            self.cache = {}
+            self.stores(k.epilogue)
+
+        if direct:
+            def row():
+                self.loops(k.n_vars, zero)
+                self.loops(k.k_vars, lambda: self.loops(k.n_vars, update))
+                if k.epilogue:
+                    self.loops(k.n_vars, epilogue)
+            self.outer_loops(k.batch_vars + k.m_vars, row)
+        else:
+            def element():
+                acc = self._alloca(COMPUTE[k.acc_dtype])
+                b.store(ir.Constant(COMPUTE[k.acc_dtype], 0), acc)
+
+                def step():
+                    b.store(self._fma(self.value(k.lhs), self.value(k.rhs), b.load(acc),
+                                      k.acc_dtype), acc)
+                self.loops(k.k_vars, step)
+                self.accs[0] = self.round_to(b.load(acc), k.acc_dtype, out.dtype)
+                self.cache = {}
+                self.store(out, k.out_index, self.accs[0])
+                self.stores(k.epilogue)
+            self.outer_loops(k.batch_vars + k.m_vars + k.n_vars, element)
+
+    def dot_blas(self, k: K.DotKernel, plan) -> None:
+        """C = A @ B through BLAS per batch index, then the epilogue over C. A kernel
+        split for threads computes its rows (m split) or columns (n split) of C."""
+        b = self.b
+        ty = COMPUTE[k.out.dtype]
+        fn = self.mb.gemm(k.out.dtype)
+        i32 = lambda v: ir.Constant(I32, int(v))
+        c64 = lambda v: ir.Constant(I64, int(v))
+        real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+        split_m = [v.name for v in real(k.m_vars) if v.name in self.bounds]
+        split_n = [v.name for v in real(k.n_vars) if v.name in self.bounds]
+
+        def call():
+            ptrs = []
+            for operand, const in ((k.lhs, plan["a_const"]), (k.rhs, plan["b_const"])):
+                arg, _ = self.args[operand.buffer.id]
+                off = ir.Constant(I64, const)
+                for name, coef in plan["batch_coefs"][operand.buffer.id]:
+                    off = b.add(off, b.mul(self.env[name], ir.Constant(I64, coef)))
+                ptrs.append(off)
+            c_off = c64(0)
+            if k.batch_vars:
+                lin = ix.linearize(k.batch_vars, [v.hi + 1 if isinstance(v, ix.IVar) else 1
+                                                  for v in k.batch_vars])
+                c_off = b.mul(self.index(lin), c64(plan["M"] * plan["N"]))
+            rows, cols = i32(plan["M"]), i32(plan["N"])
+            if split_m:               # rows begin..end of C: of A's rows (or columns)
+                begin, end = self.bounds[split_m[0]]
+                rows = b.trunc(b.sub(end, begin), I32)
+                step = plan["lda"] if plan["trans_a"] == 111 else 1
+                ptrs[0] = b.add(ptrs[0], b.mul(begin, c64(step)))
+                c_off = b.add(c_off, b.mul(begin, c64(plan["N"])))
+            elif split_n:             # columns begin..end of C: of B's columns (or rows)
+                begin, end = self.bounds[split_n[0]]
+                cols = b.trunc(b.sub(end, begin), I32)
+                step = 1 if plan["trans_b"] == 111 else plan["ldb"]
+                ptrs[1] = b.add(ptrs[1], b.mul(begin, c64(step)))
+                c_off = b.add(c_off, begin)
+            a_ptr = b.gep(self.args[k.lhs.buffer.id][0], [ptrs[0]])
+            b_ptr = b.gep(self.args[k.rhs.buffer.id][0], [ptrs[1]])
+            c_ptr = b.gep(self.args[k.out.id][0], [c_off])
+            b.call(fn, [i32(101), i32(plan["trans_a"]), i32(plan["trans_b"]), rows,
+                        cols, i32(plan["K"]), ir.Constant(ty, 1.0), a_ptr,
+                        i32(plan["lda"]), b_ptr, i32(plan["ldb"]), ir.Constant(ty, 0.0),
+                        c_ptr, i32(plan["N"])])
+
+        self.loops(k.batch_vars, call)
+        if k.epilogue:
+            def epilogue():
+                self.accs[0] = self.load(k.out, k.out_index)
+                self.cache = {}
+                self.stores(k.epilogue)
+            self.loops(k.batch_vars + k.m_vars + k.n_vars, epilogue)
+
+    def conv(self, k: K.ConvKernel) -> None:
+        b = self.b
+
+        def element():
+            acc = self._alloca(COMPUTE[k.acc_dtype])
+            b.store(ir.Constant(COMPUTE[k.acc_dtype], 0), acc)
+
+            def step():
+                v = self.convert_value(self.value(k.term), k.term.dtype, k.acc_dtype)
+                b.store(b.fadd(b.load(acc), v), acc)
+            self.loops(k.red_vars, step)
+            self.accs[0] = self.round_to(b.load(acc), k.acc_dtype, k.out.dtype)
+            self.cache = {}
+            self.store(k.out, k.out_index, self.accs[0])
+            self.stores(k.epilogue)
+        self.outer_loops(k.out_vars, element)
+
+    def scatter(self, k: K.ScatterKernel) -> None:
+        upd = self.value(k.update)
+        cur = self.load(k.out, k.target)
+        self.store(k.out, k.target, self.arith("add", k.out.dtype, [cur, upd]))
+
+    # -- memory --------------------------------------------------------------------------

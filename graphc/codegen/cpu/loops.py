@@ -1,0 +1,222 @@
+"""The Emitter: loop nests (with choices unswitched), buffer access and index arithmetic;
+the kernel kinds' methods come from the mixins beside it."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from graphc_runtime.errors import CompileError
+
+from ...kernels import index as ix
+from ...kernels import kernel as K
+from .dots import DotEmitter
+from .reductions import ReductionEmitter
+from .types import I64
+from .values import ValueEmitter
+
+if TYPE_CHECKING:
+    from .module import ModuleBuilder
+
+
+class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
+    """Emits one kernel's loops and expressions into a function."""
+
+    def __init__(self, mb: "ModuleBuilder", builder: ir.IRBuilder, args, fn):
+        self.mb, self.b, self.args, self.fn = mb, builder, args, fn
+        self.env: dict[str, ir.Value] = {}
+        self.bounds: dict[str, tuple] = {}    # loop variable -> (begin, end) arguments
+        self.accs: dict[int, ir.Value] = {}
+        self.cache: dict = {}
+        self.stash: dict = {}          # expr id -> row scratch holding its values
+        self.row_lin = None            # linear index within the row, while in a row loop
+        self.hoisted: list = []        # concatenate choices to decide outside inner loops
+        self.resolved: dict = {}       # id(Choose) -> the part chosen by an outer branch
+        self.bound: set = set()        # loop variables bound by the enclosing loops
+
+    # -- loops ---------------------------------------------------------------------------
+    def loops(self, vars_, body) -> None:
+        """Nested counted loops over the IVar loop variables in `vars_` (outer first)."""
+        real = [v for v in vars_ if isinstance(v, ix.IVar)]
+        self._nest(real, body)
+
+    def _nest(self, vars_, body):
+        if not vars_:
+            saved = dict(self.cache)
+            body()
+            self.cache = saved
+            return
+        for choice in self.hoisted:
+            if id(choice) not in self.resolved and ix.variables(choice.index) <= self.bound:
+                return self._unswitch(choice, vars_, body)
+        v = vars_[0]
+        b = self.b
+        pre = b.block
+        head = b.append_basic_block(f"{v.name}.head")
+        loop = b.append_basic_block(f"{v.name}.body")
+        done = b.append_basic_block(f"{v.name}.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, v.name)
+        begin, end = self.bounds.get(v.name, (ir.Constant(I64, 0), ir.Constant(I64, v.hi + 1)))
+        i.add_incoming(begin, pre)
+        b.cbranch(b.icmp_signed("<", i, end), loop, done)
+        b.position_at_end(loop)
+        self.env[v.name] = i
+        saved_cache = dict(self.cache)
+        self.bound.add(v.name)
+        self._nest(vars_[1:], body)
+        self.bound.discard(v.name)
+        self.cache = saved_cache
+        nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw", "nuw"])
+        i.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def _unswitch(self, choice: K.Choose, vars_, body) -> None:
+        """Branch on a concatenate's part once, outside the remaining loops, and emit
+        those loops once per part with the part fixed: the inner loops then hold no
+        branches and vectorize."""
+        b = self.b
+        i = self.index(choice.index)
+        merge = b.append_basic_block("part.merge")
+        for k in range(len(choice.parts)):
+            last = k == len(choice.parts) - 1
+            take = b.append_basic_block(f"part.{k}")
+            if not last:
+                other = b.append_basic_block(f"part.not{k}")
+                b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, choice.starts[k + 1])),
+                          take, other)
+            else:
+                b.branch(take)
+            b.position_at_end(take)
+            saved = dict(self.cache)
+            self.resolved[id(choice)] = k
+            self._nest(vars_, body)
+            del self.resolved[id(choice)]
+            self.cache = saved
+            b.branch(merge)
+            if not last:
+                b.position_at_end(other)
+        b.position_at_end(merge)
+
+    # -- kernels -------------------------------------------------------------------------
+    per_element_dots = False     # GPU: one thread per output element
+
+    def outer_loops(self, vars_, body) -> None:
+        """The kernel's outermost (parallel) loops; the CUDA lowering makes them a
+        grid-stride loop over threads."""
+        self.loops(vars_, body)
+
+    def kernel(self, k) -> None:
+        if isinstance(k, K.LoopKernel):
+            self.hoisted = hoistable_choices(k)
+            self.outer_loops(k.loop_vars, lambda: self.stores(k.stores))
+            self.hoisted = []
+        elif isinstance(k, K.RowKernel):
+            self.outer_loops(k.kept_vars, lambda: self.row(k))
+        elif isinstance(k, K.DotKernel):
+            self.dot(k)
+        elif isinstance(k, K.ConvKernel):
+            self.conv(k)
+        elif isinstance(k, K.ScatterKernel):
+            self.kernel(k.copy)
+            self.loops(k.upd_vars, lambda: self.scatter(k))
+        else:
+            raise CompileError(f"cannot lower kernel {type(k).__name__}")
+
+    def stores(self, stores) -> None:
+        values = [self.value(s.value) for s in stores]
+        for s, v in zip(stores, values):
+            self.store(s.buffer, s.index, v)
+
+    def _alloca(self, ty):
+        with self.b.goto_entry_block():
+            return self.b.alloca(ty)
+
+    def _ptr(self, buf: K.Buffer, index):
+        arg, _ = self.args[buf.id]
+        offset = self.index(ix.linearize(index, buf.shape))
+        return self.b.gep(arg, [offset], inbounds=True)
+
+    def load(self, buf: K.Buffer, index) -> ir.Value:
+        raw = self.b.load(self._ptr(buf, index))
+        return self.from_storage(raw, buf.dtype)
+
+    def store(self, buf: K.Buffer, index, value) -> None:
+        self.b.store(self.to_storage(value, buf.dtype), self._ptr(buf, index))
+
+    def index(self, e: ix.IExpr) -> ir.Value:
+        key = ("i", id(e))
+        if key in self.cache:
+            return self.cache[key][0]
+        v = self._index(e)
+        self.cache[key] = (v, e)
+        return v
+
+    def _index(self, e):
+        b = self.b
+        if isinstance(e, ix.IConst):
+            return ir.Constant(I64, e.value)
+        if isinstance(e, ix.IVar):
+            return self.env[e.name]
+        if isinstance(e, ix.IAdd):
+            return b.add(self.index(e.a), self.index(e.b))
+        if isinstance(e, ix.IMul):
+            return b.mul(self.index(e.a), ir.Constant(I64, e.c))
+        if isinstance(e, ix.IDiv):
+            a = self.index(e.a)
+            if e.a.lo >= 0:
+                return b.udiv(a, ir.Constant(I64, e.c))
+            q = b.sdiv(a, ir.Constant(I64, e.c))
+            r = b.srem(a, ir.Constant(I64, e.c))
+            fix = b.and_(b.icmp_signed("!=", r, ir.Constant(I64, 0)),
+                         b.icmp_signed("<", a, ir.Constant(I64, 0)))
+            return b.sub(q, b.zext(fix, I64))
+        if isinstance(e, ix.IMod):
+            a = self.index(e.a)
+            if e.a.lo >= 0:
+                return b.urem(a, ir.Constant(I64, e.c))
+            r = b.srem(a, ir.Constant(I64, e.c))
+            neg = b.icmp_signed("<", r, ir.Constant(I64, 0))
+            return b.select(neg, b.add(r, ir.Constant(I64, e.c)), r)
+        if isinstance(e, ix.IClamp):
+            a = self.index(e.a)
+            lo, hi = ir.Constant(I64, e.lo), ir.Constant(I64, e.hi)
+            a = b.select(b.icmp_signed("<", a, lo), lo, a)
+            return b.select(b.icmp_signed(">", a, hi), hi, a)
+        if isinstance(e, ix.IFromValue):
+            v = self.value(e.value)
+            return b.sext(v, I64) if v.type.width < 64 else v
+        raise CompileError(f"unknown index expression {e!r}")
+
+    # -- values --------------------------------------------------------------------------
+
+
+MAX_UNSWITCHED_COPIES = 64     # copies of a loop nest that hoisting choices may make
+
+
+def hoistable_choices(kern: K.LoopKernel) -> list:
+    """The concatenate choices of a loop kernel whose part depends on loop variables
+    only (outermost first), while the copies of the inner loops stay few."""
+    found, seen = [], set()
+
+    def walk(e):
+        if id(e) in seen or not isinstance(e, K.VExpr):
+            return
+        seen.add(id(e))
+        if isinstance(e, K.Choose) and not ix.has_data_index(e.index):
+            found.append(e)
+        for f in ("args", "parts"):
+            for x in getattr(e, f, ()):
+                walk(x)
+    for s in kern.stores:
+        walk(s.value)
+    order = {v.name: n for n, v in enumerate(kern.loop_vars) if isinstance(v, ix.IVar)}
+    found.sort(key=lambda c: max((order.get(n, 0) for n in ix.variables(c.index)), default=0))
+    chosen, copies = [], 1
+    for c in found:
+        if copies * len(c.parts) <= MAX_UNSWITCHED_COPIES:
+            chosen.append(c)
+            copies *= len(c.parts)
+    return chosen

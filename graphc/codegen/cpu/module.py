@@ -1,0 +1,294 @@
+"""The module builder (kernels, graphc_main, the graphc_entry fast path), module
+assembly and the optimized native module."""
+from __future__ import annotations
+
+import os
+
+import llvmlite.ir as ir
+
+from graphc_runtime.cpu import ENTRY_ABI
+from graphc_runtime.errors import CompileError
+
+from ...ir import dtypes
+from ...kernels import index as ix
+from ...kernels import kernel as K
+from .. import llvm_features
+from .loops import Emitter
+from .parallel import ParallelBuilder, split_var
+from .types import COMPUTE, F32, I8, I32, I64, LIBM, STORAGE, VOID, _mangle
+
+NUMPY_DATA_OFFSET = 16     # PyArrayObject: PyObject_HEAD (refcount, type), then data
+
+
+class ModuleBuilder(ParallelBuilder):
+    """Builds the LLVM module for one executable."""
+
+    def __init__(self, name: str, triple: str = "", data_layout: str = ""):
+        self.module = ir.Module(name=name)
+        if triple:
+            self.module.triple = triple
+        if data_layout:
+            self.module.data_layout = data_layout
+        self.kernels: list = []       # (function, buffers, (split var, own threads), trampoline)
+        self.threads = 1
+        self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
+
+    # -- helpers --------------------------------------------------------------------------
+    def intrinsic(self, name, types):
+        """Declare an LLVM intrinsic overloaded on `types` (mangled as LLVM expects)."""
+        mangled = name + "".join("." + _mangle(t) for t in types)
+        if mangled in self.module.globals:
+            return self.module.globals[mangled]
+        ty = types[0]
+        if name == "llvm.fptosi.sat":
+            fnty = ir.FunctionType(types[0], [types[1]])
+        elif name in ("llvm.maximum", "llvm.minimum"):
+            fnty = ir.FunctionType(ty, [ty, ty])
+        elif name == "llvm.fmuladd":
+            fnty = ir.FunctionType(ty, [ty, ty, ty])
+        else:
+            fnty = ir.FunctionType(ty, [ty])
+        return ir.Function(self.module, fnty, mangled)
+
+    def gemm(self, dtype: str):
+        """void graphc_[sd]gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb,
+        beta, C, ldc) with 32-bit ints (CBLAS)."""
+        name = "graphc_sgemm" if dtype == "float32" else "graphc_dgemm"
+        if name in self.module.globals:
+            return self.module.globals[name]
+        ty = COMPUTE[dtype]
+        p = ir.PointerType(ty)
+        fnty = ir.FunctionType(VOID, [I32] * 6 + [ty, p, I32, p, I32, ty, p, I32])
+        return ir.Function(self.module, fnty, name)
+
+    def libm(self, op: str, ty):
+        sym = LIBM[op][0 if ty == F32 else 1]
+        if sym in self.module.globals:
+            return self.module.globals[sym]
+        nargs = 2 if op == "pow" else 1
+        fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), sym)
+        return fn
+
+    # -- kernels --------------------------------------------------------------------------
+    def add_kernel(self, kernel, aliased: set, split: "ix.IVar | None" = None,
+                   own_threads: bool = True) -> None:
+        """Emit `kernel` as an internal function; `aliased` holds ids of buffers that may
+        share memory with another buffer of this kernel (no noalias for them). With a
+        `split` loop variable the function takes (begin, end) for it as two last i64
+        arguments, so that threads can run disjoint ranges: OpenMP's team when present,
+        else threads started for the call if `own_threads`, else one call."""
+        buffers = {}
+        for load in K.kernel_loads(kernel):
+            buffers[load.buffer.id] = load.buffer
+        for store in K.kernel_stores(kernel):
+            buffers[store.buffer.id] = store.buffer
+        if isinstance(kernel, K.ScatterKernel):
+            for s in kernel.copy.stores:
+                buffers[s.buffer.id] = s.buffer
+        bufs = sorted(buffers.values(), key=lambda b: b.id)
+        params = [ir.PointerType(STORAGE[b.dtype]) for b in bufs]
+        if split is not None:
+            params += [I64, I64]
+        fn = ir.Function(self.module, ir.FunctionType(VOID, params), kernel.name)
+        if not os.environ.get("GRAPHC_EXPORT_KERNELS"):      # profiling: keep symbols
+            fn.linkage = "internal"
+        else:
+            fn.attributes.add("noinline")
+        for arg, b in zip(fn.args, bufs):
+            if b.id not in aliased:
+                arg.add_attribute("noalias")
+        entry = fn.append_basic_block("entry")
+        builder = ir.IRBuilder(entry)
+        em = Emitter(self, builder, {b.id: (arg, b) for arg, b in zip(fn.args, bufs)}, fn)
+        if split is not None:
+            em.bounds[split.name] = (fn.args[-2], fn.args[-1])
+        em.kernel(kernel)
+        builder.ret_void()
+        trampoline = self._trampoline(fn, bufs) if split is not None else None
+        self.kernels.append((fn, bufs, (split, own_threads), trampoline))
+
+    def _trampoline(self, fn, bufs):
+        """ptr kN_thread(ptr ctx): ctx holds the buffer addresses, begin and end (i64)."""
+        i8p = ir.PointerType(I8)
+        tr = ir.Function(self.module, ir.FunctionType(i8p, [i8p]), fn.name + "_thread")
+        tr.linkage = "internal"
+        b = ir.IRBuilder(tr.append_basic_block("entry"))
+        ctx = b.bitcast(tr.args[0], ir.PointerType(I64))
+        words = [b.load(b.gep(ctx, [ir.Constant(I64, k)])) for k in range(len(bufs) + 2)]
+        args = [b.inttoptr(w, ir.PointerType(STORAGE[x.dtype])) for w, x in zip(words, bufs)]
+        b.call(fn, args + words[-2:])
+        b.ret(ir.Constant(i8p, None))
+        return tr
+
+    def add_main(self, segments, slot_of, arena_offset_of) -> None:
+        """graphc_segment_<k>(i8** table) for each run of kernels between collectives,
+        and graphc_main(i8** table) calling them all (for programs without collectives)."""
+        i8p = ir.PointerType(I8)
+        fns = []
+        for k, schedule in enumerate(segments):
+            fns.append(self._segment(f"graphc_segment_{k}", schedule, slot_of, arena_offset_of))
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [ir.PointerType(i8p)]), "graphc_main")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        for f in fns:
+            b.call(f, [fn.args[0]])
+        b.ret_void()
+
+    def _segment(self, name, schedule, slot_of, arena_offset_of):
+        i8p = ir.PointerType(I8)
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [ir.PointerType(i8p)]), name)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        table = fn.args[0]
+        arena = b.load(b.gep(table, [ir.Constant(I64, 0)]))
+        cache = {}
+
+        def pointer(buf: K.Buffer):
+            if buf.id in cache:
+                return cache[buf.id]
+            if buf.kind == "temp":
+                raw = b.gep(arena, [ir.Constant(I64, arena_offset_of(buf))])
+            else:
+                raw = b.load(b.gep(table, [ir.Constant(I64, slot_of(buf))]))
+            cache[buf.id] = b.bitcast(raw, ir.PointerType(STORAGE[buf.dtype]))
+            return cache[buf.id]
+
+        for fn_k, bufs, (split, own_threads), trampoline in schedule:
+            ptrs = [pointer(x) for x in bufs]
+            if split is None:
+                b.call(fn_k, ptrs)
+            else:
+                self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads)
+        b.ret_void()
+        return fn
+
+    def add_entry(self, slots: int, objects: int, input_bytes: list, guarded: list) -> None:
+        """i32 graphc_entry(ptr fixed, ptr obj_1, ..., ptr obj_n): the fast call path.
+
+        `fixed` is a table with the arena, variables and constants filled in; obj_k are
+        numpy arrays (PyObject*) for the inputs and outputs, whose data pointer the
+        wrapper reads from numpy's array struct (the field right after the object
+        header, NUMPY_DATA_OFFSET bytes in; the runtime checks this before using it).
+
+        Before running, each input's bytes (`input_bytes[k]` long) are compared with the
+        `guarded` (table slot, bytes) ranges the program writes (the arena, variables):
+        an input that overlaps one would be read after the program overwrote it, so
+        nothing runs and the entry returns k + 1 for the first such input (the runtime
+        copies it and calls again); 0 after a run. The global `graphc_entry_abi` tells
+        the runtime that the entry has this contract."""
+        i8p = ir.PointerType(I8)
+        abi = ir.GlobalVariable(self.module, I32, "graphc_entry_abi")
+        abi.initializer = ir.Constant(I32, ENTRY_ABI)
+        abi.global_constant = True
+        fn = ir.Function(self.module, ir.FunctionType(I32, [ir.PointerType(i8p)] +
+                                                      [i8p] * objects), "graphc_entry")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        table = b.alloca(i8p, size=ir.Constant(I64, slots))
+        fixed = fn.args[0]
+        values = {}
+        for k in range(slots):
+            if 1 <= k <= objects:
+                obj = fn.args[k]
+                field = b.bitcast(b.gep(obj, [ir.Constant(I64, NUMPY_DATA_OFFSET)]),
+                                  ir.PointerType(i8p))
+                value = b.load(field)
+            else:
+                value = b.load(b.gep(fixed, [ir.Constant(I64, k)]))
+            values[k] = value
+            b.store(value, b.gep(table, [ir.Constant(I64, k)]))
+        clash = ir.Constant(I32, 0)
+        ranges = [(b.ptrtoint(values[slot], I64), size) for slot, size in guarded if size]
+        for k in reversed(range(len(input_bytes))):       # the first clash wins
+            if not input_bytes[k]:
+                continue
+            start = b.ptrtoint(values[1 + k], I64)
+            end = b.add(start, ir.Constant(I64, input_bytes[k]))
+            for lo, size in ranges:
+                hit = b.and_(b.icmp_unsigned("<", start, b.add(lo, ir.Constant(I64, size))),
+                             b.icmp_unsigned("<", lo, end))
+                clash = b.select(hit, ir.Constant(I32, k + 1), clash)
+        run, refuse = fn.append_basic_block("run"), fn.append_basic_block("refuse")
+        b.cbranch(b.icmp_unsigned("==", clash, ir.Constant(I32, 0)), run, refuse)
+        b.position_at_end(refuse)
+        b.ret(clash)
+        b.position_at_end(run)
+        b.call(self.module.globals["graphc_main"], [table])
+        b.ret(ir.Constant(I32, 0))
+
+
+def emit_module(name: str, lowered, threads: int = 1) -> str:
+    """LLVM IR text of the whole program: its kernels and graphc_main."""
+    from graphc_runtime.cpu import host_features, llvm
+    b = llvm()
+    triple = b.get_process_triple()
+    mb = ModuleBuilder(name, triple=triple)
+    mb.threads = threads
+    mb.scalef = "+avx512f" in host_features().split(",") and llvm_features.vectorizes_ldexp()
+    offsets = lowered.memory.offsets
+    segments = [[]]
+    for kern in lowered.kernels:
+        if isinstance(kern, K.CollectiveKernel):
+            segments.append([])               # the runtime runs the collective in between
+            continue
+        aliased = _aliased_buffers(kern, offsets)
+        split, own_threads = split_var(kern, threads)
+        mb.add_kernel(kern, aliased, split, own_threads)
+        segments[-1].append(mb.kernels[-1])
+    mb.add_main(segments, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
+    external = sorted((lowered.slots[b.id], b) for b in lowered.buffers.values()
+                      if b.id in lowered.slots)
+    input_bytes = [_size(b) for _, b in external if b.kind == "input"]
+    guarded = [(0, lowered.memory.arena_bytes)] + \
+        [(slot, _size(b)) for slot, b in external if b.kind == "variable"]
+    mb.add_entry(1 + len(lowered.slots), len(lowered.inputs) + len(lowered.outputs),
+                 input_bytes, guarded)
+    return str(mb.module)
+
+
+def _aliased_buffers(kern, offsets) -> set:
+    """Temp buffers of this kernel whose arena ranges overlap another one of its buffers."""
+    bufs = {}
+    for ld in K.kernel_loads(kern):
+        bufs[ld.buffer.id] = ld.buffer
+    for st in K.kernel_stores(kern):
+        bufs[st.buffer.id] = st.buffer
+    temps = [b for b in bufs.values() if b.kind == "temp"]
+    out = set()
+    for i, a in enumerate(temps):
+        for c in temps[i + 1:]:
+            a0, c0 = offsets[a.id], offsets[c.id]
+            if a0 < c0 + _size(c) and c0 < a0 + _size(a):
+                out.update((a.id, c.id))
+    return out
+
+
+def _size(buf) -> int:
+    n = dtypes.itemsize(buf.dtype)
+    for d in buf.shape:
+        n *= d
+    return n
+
+
+class NativeModule:
+    """An optimized LLVM module for the host and its object code."""
+
+    def __init__(self, llvm_ir: str, opt_level: int = 3):
+        from graphc_runtime.cpu import host_features, host_target_machine, llvm
+        b = llvm()
+        try:
+            module = b.parse_assembly(llvm_ir)
+            module.verify()
+        except RuntimeError as e:
+            raise CompileError(f"generated LLVM IR is invalid: {e}") from None
+        self.target_machine = host_target_machine(opt_level)
+        llvm_features.optimize(module, self.target_machine, opt_level)
+        self.module = module
+        self.optimized_ir = str(module)
+        self.object_code = self.target_machine.emit_object(module)
+        self.triple = b.get_process_triple()
+        self.cpu = b.get_host_cpu_name()
+        self.features = host_features()
+        self._asm = None
+
+    def assembly(self) -> str:
+        if self._asm is None:
+            self._asm = self.target_machine.emit_assembly(self.module)
+        return self._asm

@@ -1,0 +1,197 @@
+"""Threads for split kernels: OpenMP's team (libgomp through pointers the runtime fills)
+or threads started per call, the strided chunk loop, and where kernels are split."""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from graphc_runtime.openmp import SYMBOLS as OPENMP_POINTERS
+
+
+from ...kernels import index as ix
+from ...kernels import kernel as K
+from .dots import blas_plan
+from .types import I8, I32, I64, VOID
+
+
+class ParallelBuilder:
+    """ModuleBuilder's calls of split kernels across threads."""
+
+    def _parallel_call(self, b, fn_k, ptrs, split, trampoline, own_threads=True) -> None:
+        """Run fn_k over `split`'s range in `threads` contiguous chunks. On OpenMP's team
+        when the runtime found libgomp (graphc_gomp_parallel set), else chunks 1.. on new
+        threads (pthreads) and chunk 0 here, then join; a thread that cannot be started
+        runs its chunk here instead. Every element is computed by exactly one call over
+        the same chunks either way, so results do not depend on the thread count.
+        Kernels not worth threads started per call (`own_threads` false) run as one
+        call when there is no team."""
+        i8p = ir.PointerType(I8)
+        extent = split.hi + 1
+        threads = min(self.threads, extent)
+        bounds = [extent * t // threads for t in range(threads + 1)]
+        contexts = []
+        for t in range(threads):
+            ctx = b.alloca(I64, size=ir.Constant(I64, len(ptrs) + 2))
+            words = [b.ptrtoint(p, I64) for p in ptrs] + [ir.Constant(I64, bounds[t]),
+                                                          ir.Constant(I64, bounds[t + 1])]
+            for k, w in enumerate(words):
+                b.store(w, b.gep(ctx, [ir.Constant(I64, k)]))
+            contexts.append(ctx)
+        team = b.load(self.openmp()[0])
+        with b.if_else(b.icmp_unsigned("!=", b.ptrtoint(team, I64), ir.Constant(I64, 0))) \
+                as (on_team, no_team):
+            with on_team:
+                job = b.alloca(i8p, size=ir.Constant(I64, threads + 2))
+                b.store(b.bitcast(trampoline, i8p), b.gep(job, [ir.Constant(I64, 0)]))
+                b.store(b.inttoptr(ir.Constant(I64, threads), i8p),
+                        b.gep(job, [ir.Constant(I64, 1)]))
+                for t, ctx in enumerate(contexts):
+                    b.store(b.bitcast(ctx, i8p), b.gep(job, [ir.Constant(I64, t + 2)]))
+                fnty = ir.FunctionType(VOID, [i8p, i8p, I32, I32])
+                b.call(b.bitcast(team, ir.PointerType(fnty)),
+                       [b.bitcast(self.gomp_body(), i8p), b.bitcast(job, i8p),
+                        ir.Constant(I32, threads), ir.Constant(I32, 0)])
+            with no_team:
+                if own_threads:
+                    self._pthread_chunks(b, fn_k, ptrs, bounds, contexts, trampoline)
+                else:
+                    b.call(fn_k, ptrs + [ir.Constant(I64, 0), ir.Constant(I64, extent)])
+
+    def _pthread_chunks(self, b, fn_k, ptrs, bounds, contexts, trampoline) -> None:
+        i8p = ir.PointerType(I8)
+        create = self.module.globals.get("pthread_create") or ir.Function(
+            self.module, ir.FunctionType(I32, [ir.PointerType(I64), i8p, i8p, i8p]),
+            "pthread_create")
+        join = self.module.globals.get("pthread_join") or ir.Function(
+            self.module, ir.FunctionType(I32, [I64, ir.PointerType(i8p)]), "pthread_join")
+        started = []
+        for t in range(1, len(contexts)):
+            tid = b.alloca(I64)
+            rc = b.call(create, [tid, ir.Constant(i8p, None), b.bitcast(trampoline, i8p),
+                                 b.bitcast(contexts[t], i8p)])
+            failed = b.icmp_signed("!=", rc, ir.Constant(I32, 0))
+            with b.if_then(failed):
+                b.call(fn_k, ptrs + [ir.Constant(I64, bounds[t]), ir.Constant(I64, bounds[t + 1])])
+            started.append((tid, failed))
+        b.call(fn_k, ptrs + [ir.Constant(I64, bounds[0]), ir.Constant(I64, bounds[1])])
+        for tid, failed in started:
+            with b.if_then(b.not_(failed)):
+                b.call(join, [b.load(tid), ir.Constant(ir.PointerType(i8p), None)])
+
+    def openmp(self):
+        """The pointers the runtime sets to libgomp's GOMP_parallel, omp_get_thread_num
+        and omp_get_num_threads (null: no OpenMP; see graphc_runtime.openmp)."""
+        i8p = ir.PointerType(I8)
+        out = []
+        for name in OPENMP_POINTERS:
+            if name not in self.module.globals:
+                g = ir.GlobalVariable(self.module, i8p, name)
+                g.initializer = ir.Constant(i8p, None)
+            out.append(self.module.globals[name])
+        return out
+
+    def gomp_body(self):
+        """void graphc_gomp_body(i8** job): what each OpenMP thread runs. job[0] is a
+        chunk trampoline, job[1] the number of chunks, job[2 + c] chunk c's context;
+        thread t runs chunks t, t + n, ... of a team of n (libgomp may give fewer
+        threads than asked for: every chunk still runs exactly once)."""
+        name = "graphc_gomp_body"
+        if name in self.module.globals:
+            return self.module.globals[name]
+        i8p = ir.PointerType(I8)
+        fn = ir.Function(self.module, ir.FunctionType(VOID, [i8p]), name)
+        fn.linkage = "internal"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        job = b.bitcast(fn.args[0], ir.PointerType(i8p))
+        _, thread_num, num_threads = self.openmp()
+        query = lambda ptr: b.sext(b.call(b.bitcast(b.load(ptr), ir.PointerType(
+            ir.FunctionType(I32, []))), []), I64)
+        first, team = query(thread_num), query(num_threads)
+        team = b.select(b.icmp_signed("<", team, ir.Constant(I64, 1)), ir.Constant(I64, 1), team)
+        tramp = b.bitcast(b.load(b.gep(job, [ir.Constant(I64, 0)])),
+                          ir.PointerType(ir.FunctionType(i8p, [i8p])))
+        chunks = b.ptrtoint(b.load(b.gep(job, [ir.Constant(I64, 1)])), I64)
+        strided_loop(b, first, chunks, team, lambda c: b.call(
+            tramp, [b.load(b.gep(job, [b.add(c, ir.Constant(I64, 2))]))]))
+        b.ret_void()
+        return fn
+
+
+def strided_loop(b: ir.IRBuilder, start, stop, step, body) -> None:
+    """for (i = start; i < stop; i += step) body(i), all i64 and non-negative, emitted
+    at the builder's position (which ends after the loop)."""
+    pre = b.block
+    head = b.append_basic_block("strided.head")
+    loop = b.append_basic_block("strided.body")
+    done = b.append_basic_block("strided.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_unsigned("<", i, stop), loop, done)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(b.add(i, step), b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+TEAM_MIN_WORK = 1 << 16          # element-steps from which a kernel is split for threads:
+# OpenMP's team of spinning workers takes a chunk within microseconds
+THREAD_MIN_WORK = 1 << 22        # without libgomp, threads are started per call (tens of
+# microseconds each): below this the split kernel runs as one call
+BLAS_CHUNK_MIN_FLOPS = 1 << 21   # a BLAS product's chunks each keep this much work (and so
+# OpenBLAS's standard kernels: every element is summed in the same order for any split)
+
+
+def split_var(kern, threads: int):
+    """(the outer loop variable whose range threads share, whether threads started per
+    call are worth it too), or (None, False): run on one thread."""
+    if threads < 2:
+        return None, False
+    if isinstance(kern, K.DotKernel) and blas_plan(kern) is not None:
+        return _blas_split(kern, threads), False
+    if isinstance(kern, K.LoopKernel):
+        outer, work = kern.loop_vars, _extent(kern.loop_vars)
+    elif isinstance(kern, K.RowKernel):
+        outer = kern.kept_vars
+        work = _extent(kern.kept_vars) * max(_extent(kern.reduced_vars), 1) * \
+            (len(kern.reductions) + 1)
+    elif isinstance(kern, K.DotKernel):
+        work = _extent(kern.batch_vars + kern.m_vars) * _extent(kern.n_vars) * \
+            _extent(kern.k_vars)
+        outer = kern.batch_vars + kern.m_vars
+    elif isinstance(kern, K.ConvKernel):
+        outer, work = kern.out_vars, _extent(kern.out_vars) * _extent(kern.red_vars)
+    else:
+        return None, False
+    if work < TEAM_MIN_WORK:
+        return None, False
+    for v in outer:
+        if isinstance(v, ix.IVar) and v.hi + 1 >= threads:
+            return v, work >= THREAD_MIN_WORK
+    return None, False
+
+
+def _blas_split(kern, threads: int):
+    """The m or n variable of a BLAS product to split between OpenMP's threads, or None.
+    Each thread's call packs all of the operand not split, so the split goes along the
+    larger one (m when B is the bigger operand, n when A is). Chunks stay large. Without
+    libgomp the product stays one call and OpenBLAS runs its own threads."""
+    real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+    ms, ns, ks = real(kern.m_vars), real(kern.n_vars), real(kern.k_vars)
+    M, N, Kd = _extent(ms), _extent(ns), _extent(ks)
+    if _extent(kern.batch_vars) * M * N * Kd < BLAS_CHUNK_MIN_FLOPS * threads:
+        return None
+    order = (ms + ns) if N * Kd >= M * Kd else (ns + ms)
+    for v in order:
+        if v.hi + 1 >= 16 * threads:
+            return v
+    return None
+
+
+def _extent(vars_) -> int:
+    n = 1
+    for v in vars_:
+        if isinstance(v, ix.IVar):
+            n *= v.hi + 1
+    return n

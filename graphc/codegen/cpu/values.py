@@ -1,0 +1,379 @@
+"""Values: storage conversions, constants, casts, arithmetic, math and random numbers."""
+from __future__ import annotations
+
+import math
+
+import llvmlite.ir as ir
+
+from graphc_runtime.errors import CompileError
+
+from ...ir import dtypes
+from ...kernels import kernel as K
+from .. import mathlib
+from .types import COMPUTE, F16, F32, F64, FCMP, I1, I8, I16, I32, I64, LIBM, _is_float
+
+
+class ValueEmitter:
+    """Emitter methods that compute one element's value."""
+
+    def from_storage(self, raw, dtype):
+        b = self.b
+        if dtype == "float16":
+            return b.fpext(raw, F32)
+        if dtype == "bfloat16":
+            return b.bitcast(b.shl(b.zext(raw, I32), ir.Constant(I32, 16)), F32)
+        if dtype == "bool":
+            return b.icmp_unsigned("!=", raw, ir.Constant(I8, 0))
+        return raw
+
+    def to_storage(self, value, dtype):
+        b = self.b
+        if dtype == "float16":
+            return b.fptrunc(value, F16)
+        if dtype == "bfloat16":
+            return self._f32_to_bf16(value)
+        if dtype == "bool":
+            return b.zext(value, I8)
+        return value
+
+    def _f32_to_bf16(self, value):
+        """Round to nearest even; NaN stays a (quiet) NaN."""
+        b = self.b
+        bits = b.bitcast(value, I32)
+        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+        rounded = b.add(bits, b.add(ir.Constant(I32, 0x7FFF), lsb))
+        nan = b.fcmp_unordered("uno", value, value)
+        quiet = b.or_(bits, ir.Constant(I32, 0x00400000))
+        out = b.select(nan, quiet, rounded)
+        return b.trunc(b.lshr(out, ir.Constant(I32, 16)), I16)
+
+    def round_to(self, value, compute_dtype, dtype):
+        """A float32 value rounded to float16/bfloat16 precision (kept in float32)."""
+        if dtype in ("float16", "bfloat16") and compute_dtype == "float32":
+            return self.from_storage(self.to_storage(value, dtype), dtype)
+        if dtype != compute_dtype:
+            return self.convert_value(value, compute_dtype, dtype)
+        return value
+
+    # -- indices -------------------------------------------------------------------------
+
+    def value(self, e: K.VExpr) -> ir.Value:
+        key = ("v", id(e))
+        if key in self.cache:
+            return self.cache[key][0]
+        if id(e) in self.stash and self.row_lin is not None:
+            v = self.b.load(self.b.gep(self.stash[id(e)], [self.index(self.row_lin)]))
+        else:
+            v = self._value(e)
+        self.cache[key] = (v, e)
+        return v
+
+    def _value(self, e):
+        b = self.b
+        if isinstance(e, K.Load):
+            return self.load(e.buffer, e.index)
+        if isinstance(e, K.Const):
+            return self.constant(e.value, e.dtype)
+        if isinstance(e, K.Acc):
+            return self.accs[e.stage]
+        if isinstance(e, K.IndexValue):
+            i = self.index(e.index)
+            ty = COMPUTE[e.dtype]
+            if _is_float(e.dtype):
+                return b.sitofp(i, ty)
+            return b.trunc(i, ty) if ty.width < 64 else i
+        if isinstance(e, K.InRange):
+            return self.in_range(e)
+        if isinstance(e, K.RngValue):
+            return self.rng(e)
+        if isinstance(e, K.Prim):
+            args = [self.value(a) for a in e.args]
+            return self.prim(e, args)
+        if isinstance(e, K.Choose):
+            return self.choose(e)
+        raise CompileError(f"unknown expression {e!r}")
+
+    def choose(self, e: K.Choose):
+        """Branch to the one part the index falls in; values computed inside a branch
+        stay there (the cache is restored), the phi is visible after the merge."""
+        if id(e) in self.resolved:
+            return self.value(e.parts[self.resolved[id(e)]])
+        b = self.b
+        i = self.index(e.index)
+        merge = b.append_basic_block("choose.merge")
+        incoming = []
+        for k, part in enumerate(e.parts):
+            last = k == len(e.parts) - 1
+            take = b.append_basic_block(f"choose.{k}")
+            if not last:
+                other = b.append_basic_block(f"choose.not{k}")
+                b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, e.starts[k + 1])), take, other)
+            else:
+                b.branch(take)
+            b.position_at_end(take)
+            saved = dict(self.cache)
+            v = self.value(part)
+            self.cache = saved
+            incoming.append((v, b.block))
+            b.branch(merge)
+            if not last:
+                b.position_at_end(other)
+        b.position_at_end(merge)
+        phi = b.phi(incoming[0][0].type)
+        for v, blk in incoming:
+            phi.add_incoming(v, blk)
+        return phi
+
+    def constant(self, value, dtype):
+        ty = COMPUTE[dtype]
+        if dtype == "bool":
+            return ir.Constant(I1, int(bool(value)))
+        if _is_float(dtype):
+            v = float(value)
+            if dtype in ("float16", "bfloat16"):
+                import numpy as np
+                v = float(np.asarray(v, dtypes.to_numpy(dtype)).astype(np.float32))
+            elif dtype == "float32":
+                import numpy as np
+                v = float(np.float32(v))
+            return ir.Constant(ty, v)
+        return ir.Constant(ty, int(value))
+
+    def in_range(self, e: K.InRange):
+        b = self.b
+        i = self.index(e.index)
+        conds = []
+        if e.index.lo < e.lo:
+            conds.append(b.icmp_signed(">=", i, ir.Constant(I64, e.lo)))
+        if e.index.hi >= e.hi:
+            conds.append(b.icmp_signed("<", i, ir.Constant(I64, e.hi)))
+        if e.step > 1:
+            r = b.srem(i, ir.Constant(I64, e.step))
+            conds.append(b.icmp_signed("==", r, ir.Constant(I64, 0)))
+        out = ir.Constant(I1, 1)
+        for c in conds:
+            out = b.and_(out, c)
+        return out
+
+    def _expr_type(self, e):
+        return COMPUTE[e.dtype]
+
+    def cast_int(self, v, dtype):
+        ty = COMPUTE[dtype]
+        return self.b.trunc(v, ty) if ty.width < v.type.width else v
+
+    def convert_value(self, v, src, dst):
+        """Convert a compute-typed value of dtype `src` to dtype `dst` (compute type)."""
+        b = self.b
+        if src == dst:
+            return v
+        st, dt = COMPUTE[src], COMPUTE[dst]
+        if dst == "bool":
+            if _is_float(src):
+                return b.fcmp_unordered("!=", v, ir.Constant(st, 0.0))
+            return b.icmp_unsigned("!=", v, ir.Constant(st, 0))
+        if src == "bool":
+            return b.uitofp(v, dt) if _is_float(dst) else b.zext(v, dt)
+        if _is_float(src) and _is_float(dst):
+            if st != dt:
+                v = b.fpext(v, dt) if dt == F64 else b.fptrunc(v, dt)
+            return self.round_to(v, "float32", dst) if dst in ("float16", "bfloat16") else v
+        if _is_float(src):
+            fn = self.mb.intrinsic("llvm.fptosi.sat", [dt, st])
+            return b.call(fn, [v])
+        if _is_float(dst):
+            out = b.sitofp(v, dt)
+            return self.round_to(out, "float32", dst) if dst in ("float16", "bfloat16") else out
+        if dt.width > st.width:
+            return b.sext(v, dt)
+        return b.trunc(v, dt) if dt.width < st.width else v
+
+    def prim(self, e: K.Prim, args):
+        op, dtype = e.op, e.dtype
+        if op == "convert":
+            return self.convert_value(args[0], e.attr, dtype)
+        if op == "compare":
+            return self.compare(e.attr, e.args[0].dtype, *args)
+        if op == "select":
+            return self.b.select(*args)
+        out = self.arith(op, dtype, args)
+        if dtype in ("float16", "bfloat16"):
+            out = self.round_to(out, "float32", dtype)
+        return out
+
+    def compare(self, direction, dtype, x, y):
+        b = self.b
+        if _is_float(dtype):
+            if direction == "ne":
+                return b.fcmp_unordered("!=", x, y)
+            return b.fcmp_ordered(FCMP[direction], x, y)
+        if dtype == "bool":
+            return b.icmp_unsigned(FCMP[direction], x, y)
+        return b.icmp_signed(FCMP[direction], x, y)
+
+    def arith(self, op, dtype, args):
+        b = self.b
+        ty = COMPUTE[dtype]
+        if dtype == "bool" or op in ("and", "or", "xor", "not"):
+            if op == "and":
+                return b.and_(*args)
+            if op == "or":
+                return b.or_(*args)
+            if op == "xor":
+                return b.xor(*args)
+            if op == "not":
+                return b.not_(args[0])
+        if _is_float(dtype):
+            return self.float_op(op, ty, args)
+        return self.int_op(op, ty, args)
+
+    def float_op(self, op, ty, args):
+        b = self.b
+        x = args[0]
+        y = args[1] if len(args) > 1 else None
+        one = ir.Constant(ty, 1.0)
+        # `contract`: a product feeding a sum may become one fused multiply-add (one
+        # rounding instead of two), as C compilers and XLA do by default
+        if op == "add":
+            return b.fadd(x, y, flags=("contract",))
+        if op == "sub":
+            return b.fsub(x, y, flags=("contract",))
+        if op == "mul":
+            return b.fmul(x, y, flags=("contract",))
+        if op == "div":
+            return b.fdiv(x, y)
+        if op == "rem":
+            return b.frem(x, y)
+        if op == "max":
+            return b.call(self.mb.intrinsic("llvm.maximum", [ty]), [x, y])
+        if op == "min":
+            return b.call(self.mb.intrinsic("llvm.minimum", [ty]), [x, y])
+        if op == "neg":
+            return b.fneg(x)
+        if op == "abs":
+            return b.call(self.mb.intrinsic("llvm.fabs", [ty]), [x])
+        if op == "sqrt":
+            return b.call(self.mb.intrinsic("llvm.sqrt", [ty]), [x])
+        if op == "rsqrt":
+            return b.fdiv(one, b.call(self.mb.intrinsic("llvm.sqrt", [ty]), [x]))
+        if op in ("floor", "ceil"):
+            return b.call(self.mb.intrinsic(f"llvm.{op}", [ty]), [x])
+        if op == "round":
+            return b.call(self.mb.intrinsic("llvm.roundeven", [ty]), [x])
+        if op == "sign":
+            zero = ir.Constant(ty, 0.0)
+            pos = b.fcmp_ordered(">", x, zero)
+            neg = b.fcmp_ordered("<", x, zero)
+            return b.select(pos, one, b.select(neg, ir.Constant(ty, -1.0), x))
+        if ty == F32 and op in mathlib.VECTOR_F32:
+            return mathlib.VECTOR_F32[op](b, x, self.mb.scalef)
+        if op == "logistic":
+            e = b.call(self.mb.libm("exp", ty), [b.fneg(b.call(
+                self.mb.intrinsic("llvm.fabs", [ty]), [x]))])
+            d = b.fadd(one, e)
+            return b.select(b.fcmp_ordered(">=", x, ir.Constant(ty, 0.0)), b.fdiv(one, d),
+                            b.fdiv(e, d))
+        if op in LIBM:
+            return b.call(self.mb.libm(op, ty), args)
+        raise CompileError(f"no CPU lowering for float {op}")
+
+    def int_op(self, op, ty, args):
+        b = self.b
+        x = args[0]
+        y = args[1] if len(args) > 1 else None
+        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
+        if op == "add":
+            return b.add(x, y)
+        if op == "sub":
+            return b.sub(x, y)
+        if op == "mul":
+            return b.mul(x, y)
+        if op in ("div", "rem"):
+            is_zero = b.icmp_signed("==", y, zero)
+            is_m1 = b.icmp_signed("==", y, ir.Constant(ty, -1))
+            safe = b.select(b.or_(is_zero, is_m1), one, y)
+            if op == "div":
+                q = b.sdiv(x, safe)
+                q = b.select(is_m1, b.sub(zero, x), q)
+                return b.select(is_zero, zero, q)
+            r = b.srem(x, safe)
+            r = b.select(is_m1, zero, r)
+            return b.select(is_zero, x, r)
+        if op == "max":
+            return b.select(b.icmp_signed(">", x, y), x, y)
+        if op == "min":
+            return b.select(b.icmp_signed("<", x, y), x, y)
+        if op == "neg":
+            return b.sub(zero, x)
+        if op == "abs":
+            return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
+        if op == "sign":
+            return b.sub(b.zext(b.icmp_signed(">", x, zero), ty),
+                         b.zext(b.icmp_signed("<", x, zero), ty))
+        if op == "and":
+            return b.and_(x, y)
+        if op == "or":
+            return b.or_(x, y)
+        if op == "xor":
+            return b.xor(x, y)
+        if op == "not":
+            return b.not_(x)
+        raise CompileError(f"no CPU lowering for integer {op}")
+
+    # -- reductions ------------------------------------------------------------------------
+
+    def _fma(self, a, c, acc, dtype):
+        b = self.b
+        if _is_float(dtype):
+            ty = COMPUTE[dtype]
+            return b.call(self.mb.intrinsic("llvm.fmuladd", [ty]), [a, c, acc])
+        return b.add(acc, b.mul(a, c))
+
+    # -- rng -------------------------------------------------------------------------------
+    def rng(self, e: K.RngValue):
+        from ...ir.ops.rng import KS_PARITY, ROTATIONS
+        b = self.b
+        k0, k1 = self.value(e.key0), self.value(e.key1)
+        counter = self.index(e.counter)
+        c0 = b.trunc(counter, I32)
+        c1 = b.trunc(b.lshr(counter, ir.Constant(I64, 32)), I32)
+        ks = [k0, k1, b.xor(b.xor(k0, k1), ir.Constant(I32, KS_PARITY))]
+        x0, x1 = b.add(c0, ks[0]), b.add(c1, ks[1])
+        for block in range(5):
+            for r in ROTATIONS[4 * (block % 2): 4 * (block % 2) + 4]:
+                x0 = b.add(x0, x1)
+                x1 = b.or_(b.shl(x1, ir.Constant(I32, r)), b.lshr(x1, ir.Constant(I32, 32 - r)))
+                x1 = b.xor(x1, x0)
+            x0 = b.add(x0, ks[(block + 1) % 3])
+            x1 = b.add(b.add(x1, ks[(block + 2) % 3]), ir.Constant(I32, block + 1))
+        dtype = e.dtype
+        if e.distribution == "bits":
+            return x0
+        from ...ir.ops.rng import MANTISSA_BITS
+        if e.distribution == "uniform":
+            bits = MANTISSA_BITS[dtype]
+            if bits <= 32:
+                m = b.lshr(x0, ir.Constant(I32, 32 - bits))
+                u = b.fmul(b.uitofp(m, F64 if dtype == "float64" else F32),
+                           ir.Constant(F64 if dtype == "float64" else F32, 2.0 ** -bits))
+                return u
+            hi = b.uitofp(b.lshr(x0, ir.Constant(I32, 5)), F64)
+            lo = b.uitofp(b.lshr(x1, ir.Constant(I32, 6)), F64)
+            return b.fmul(b.fadd(b.fmul(hi, ir.Constant(F64, 2.0 ** 26)), lo),
+                          ir.Constant(F64, 2.0 ** -53))
+        # normal: Box-Muller, as the reference computes it
+        if dtype == "float64":
+            ty = F64
+            u1 = b.fmul(b.fadd(b.uitofp(x0, F64), ir.Constant(F64, 1.0)), ir.Constant(F64, 2.0 ** -32))
+            u2 = b.fmul(b.uitofp(x1, F64), ir.Constant(F64, 2.0 ** -32))
+        else:
+            ty = F32
+            u1 = b.fmul(b.fadd(b.uitofp(b.lshr(x0, ir.Constant(I32, 8)), F32), ir.Constant(F32, 1.0)),
+                        ir.Constant(F32, 2.0 ** -24))
+            u2 = b.fmul(b.uitofp(b.lshr(x1, ir.Constant(I32, 8)), F32), ir.Constant(F32, 2.0 ** -24))
+        radius = b.call(self.mb.intrinsic("llvm.sqrt", [ty]),
+                        [b.fmul(ir.Constant(ty, -2.0), b.call(self.mb.libm("log", ty), [u1]))])
+        angle = b.fmul(ir.Constant(ty, float(2 * math.pi) if ty == F64 else
+                                   float(__import__("numpy").float32(2 * math.pi))), u2)
+        out = b.fmul(radius, b.call(self.mb.libm("cos", ty), [angle]))
+        return self.round_to(out, "float32", dtype) if dtype in ("float16", "bfloat16") else out
