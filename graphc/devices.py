@@ -54,7 +54,7 @@ def to_device(array, device: str = "cuda") -> DeviceArray:
     if not 0 <= k < count:
         raise DeviceError(f"device {device!r}: there are {count} CUDA device(s)")
     import pycuda.gpuarray as gpuarray
-    from graphc_runtime.cuda import context
+    from graphc_runtime.cuda_context import context
     ctx = context(k)                  # the primary context, shared with executables
     ctx.push()
     try:

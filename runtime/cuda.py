@@ -11,40 +11,14 @@ import threading
 
 import numpy as np
 
+from .cuda_context import _driver, context
+from .device_array import DeviceArray
 from .dtypes import NUMPY, type_str
 from .errors import DeviceError, FeedError
 from .feeds import bind_inputs, check_array
 
 
 VECTOR_ALIGN = 16     # kernels use 16-byte loads and stores (pycuda allocates 256-aligned)
-
-
-def _driver():
-    try:
-        import pycuda.driver as drv
-    except ImportError as e:
-        raise DeviceError(f"running on CUDA needs pycuda (the 'cuda' extra): {e}") from None
-    try:
-        drv.init()
-        count = drv.Device.count()
-    except Exception as e:                         # pycuda raises its own error types
-        raise DeviceError(f"no usable CUDA driver: {e}") from None
-    if count == 0:
-        raise DeviceError("no CUDA device is present")
-    return drv
-
-
-_primary = {}
-
-
-def context(device: int = 0):
-    """The device's primary context (shared with other CUDA libraries), retained once."""
-    drv = _driver()
-    if device not in _primary:
-        if not 0 <= device < drv.Device.count():
-            raise DeviceError(f"there is no CUDA device {device}")
-        _primary[device] = drv.Device(device).retain_primary_context()
-    return _primary[device]
 
 
 class CudaProgram:
@@ -130,7 +104,6 @@ class CudaProgram:
                 if device_in and all(getattr(v, "device", "").startswith("cuda")
                                      for v in values):
                     # device arrays in, device arrays out: nothing crosses the bus
-                    from .device_array import DeviceArray
                     return [DeviceArray(o, "cuda:0", o.shape, o.dtype) for o in outs]
                 return [o.get() for o in outs]
             finally:

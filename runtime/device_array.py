@@ -13,7 +13,7 @@ class DeviceArray:
     def numpy(self) -> np.ndarray:
         if self.device == "cpu":
             return np.array(self._data, copy=True)
-        from .cuda import context
+        from .cuda_context import context
         ctx = context(int(self.device.partition(":")[2] or 0))
         ctx.push()
         try:

@@ -213,3 +213,15 @@ def test_random_module(graph):
     assert b.dtype == "bool"
     assert abs(ev(b).mean() - 0.3) < 0.02
     assert ev(gc.random.uniform(k, (100,), minval=2.0, maxval=3.0)).min() >= 2.0
+
+
+def test_integer_power_zero_is_one_everywhere():
+    x = np.array([[2.0, -3.0, np.inf], [np.nan, 0.0, 1.5]], np.float32)
+    with gc.Graph():
+        p = gc.placeholder(x.shape, name="x")
+        y = p ** 0
+        assert y.shape == x.shape and y.dtype == "float32"
+        np.testing.assert_array_equal(gc.evaluate(y, {"x": x}), np.ones_like(x))
+        np.testing.assert_array_equal(gc.compile(y)(x), np.ones_like(x))
+        np.testing.assert_array_equal(gc.evaluate(gc.ones_like(p) + gc.zeros_like(p)),
+                                      np.ones_like(x))

@@ -5,10 +5,11 @@ import numpy as np
 
 from graphc_runtime.errors import ShapeError
 
-from ..api import Tensor, _shape_tuple, bind, bind_source, constant
+from ..tensor import Tensor, _shape_tuple, bind, bind_source, constant
 from ..ir import dtypes
 from ..ir.graph import current_graph
 from ..ir.source import user_location
+from .elementwise import cast
 
 
 def full(shape, value, dtype=None, graph=None) -> Tensor:
@@ -55,5 +56,12 @@ def arange(start, stop=None, step=1, dtype=None) -> Tensor:
         ramp = ramp * step
     if start != 0:
         ramp = ramp + start
-    from .elementwise import cast
     return cast(ramp, dtype)
+
+
+def ones_like(x: Tensor) -> Tensor:
+    return full(x.shape, 1, x.dtype, graph=x.graph)
+
+
+def zeros_like(x: Tensor) -> Tensor:
+    return full(x.shape, 0, x.dtype, graph=x.graph)

@@ -7,7 +7,7 @@ import numpy as np
 
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
-from ..api import Tensor, bind, constant
+from ..tensor import Tensor, bind, constant
 from ..ir import dtypes
 from ..ir.graph import current_graph
 from ..ir.source import user_location
@@ -56,7 +56,7 @@ def result_dtype(values, what: str) -> str:
 
 
 def constant_array(v):
-    from ..api import _literal_array
+    from ..tensor import _literal_array
     return _literal_array(v)
 
 
@@ -200,8 +200,10 @@ def power(a, b) -> Tensor:
 
 def _int_power(x: Tensor, n: int) -> Tensor:
     result, base = None, x
-    if n == 0:
-        return ones_like(x)
+    if n == 0:                       # x**0 is 1 for every x, inf and nan included
+        one = constant(np.ones((), dtypes.to_numpy(x.dtype)), graph=x.graph)
+        return bind("broadcast_in_dim", one, shape=x.shape, broadcast_dimensions=()) \
+            if x.shape else one
     while n:
         if n & 1:
             result = base if result is None else result * base
@@ -364,13 +366,3 @@ def isfinite(x) -> Tensor:
 def isnan(x) -> Tensor:
     x = _as(x)
     return x != x
-
-
-def ones_like(x: Tensor) -> Tensor:
-    from .creation import full
-    return full(x.shape, 1, x.dtype, graph=x.graph)
-
-
-def zeros_like(x: Tensor) -> Tensor:
-    from .creation import full
-    return full(x.shape, 0, x.dtype, graph=x.graph)

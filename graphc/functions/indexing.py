@@ -11,7 +11,7 @@ import numpy as np
 
 from graphc_runtime.errors import DTypeError, ShapeError
 
-from ..api import Tensor, bind, constant
+from ..tensor import Tensor, bind, constant
 from ..ir import dtypes
 from ..ir.source import user_location
 from .elementwise import _as, broadcast_shapes, broadcast_to_shape, cast, where

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from graphc_runtime.errors import DTypeError, ShapeError
 
-from ..api import Tensor, bind
+from ..tensor import Tensor, bind
 from ..ir.source import user_location
 from .elementwise import _graph_for, broadcast_shapes, result_dtype, to_tensor
 from .shapes import broadcast_to, reshape

@@ -6,7 +6,7 @@ import numpy as np
 
 from graphc_runtime.errors import ShapeError
 
-from ..api import Tensor, bind
+from ..tensor import Tensor, bind
 from ..ir import dtypes
 from ..ir.primitive import normalize_axis
 from ..ir.source import user_location

@@ -5,7 +5,7 @@ import numpy as np
 
 from graphc_runtime.errors import ShapeError
 
-from ..api import Tensor, bind
+from ..tensor import Tensor, bind
 from ..ir.primitive import normalize_axis
 from ..ir.source import user_location
 from .elementwise import _as, broadcast_to_shape, result_dtype, to_tensor

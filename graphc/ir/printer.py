@@ -5,8 +5,12 @@ import os
 
 import numpy as np
 
+from typing import TYPE_CHECKING
+
 from . import dtypes
-from .graph import Graph, Node
+
+if TYPE_CHECKING:              # graph.py imports this module to print itself
+    from .graph import Graph, Node
 
 _SMALL_CONSTANT = 8
 

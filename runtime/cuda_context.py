@@ -1,0 +1,33 @@
+"""The CUDA driver (pycuda, imported only when first needed) and each device's primary
+context, shared by executables and device arrays."""
+from __future__ import annotations
+
+from .errors import DeviceError
+
+
+def _driver():
+    try:
+        import pycuda.driver as drv
+    except ImportError as e:
+        raise DeviceError(f"running on CUDA needs pycuda (the 'cuda' extra): {e}") from None
+    try:
+        drv.init()
+        count = drv.Device.count()
+    except Exception as e:                         # pycuda raises its own error types
+        raise DeviceError(f"no usable CUDA driver: {e}") from None
+    if count == 0:
+        raise DeviceError("no CUDA device is present")
+    return drv
+
+
+_primary = {}
+
+
+def context(device: int = 0):
+    """The device's primary context (shared with other CUDA libraries), retained once."""
+    drv = _driver()
+    if device not in _primary:
+        if not 0 <= device < drv.Device.count():
+            raise DeviceError(f"there is no CUDA device {device}")
+        _primary[device] = drv.Device(device).retain_primary_context()
+    return _primary[device]
