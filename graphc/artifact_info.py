@@ -9,6 +9,25 @@ from graphc_runtime import __version__ as runtime_version
 from .ir.serialize import dumps as graph_dumps
 
 
+def kernel_entries(program, plan, lowered) -> list:
+    """One entry per kernel in execution order: name, kind (loop, row, dot, conv, scatter,
+    copy, collective), its fusion group, the ops it fuses, bytes read and written, flops."""
+    from .kernels.kernel import kernel_flops, kernel_kind
+    ops = {n.id: n.op for n in program.graph.nodes}
+    groups = {g.id: g for g in plan.groups}
+    out = []
+    for kern, key, (name, read, written) in zip(lowered.kernels, lowered.kernel_groups,
+                                                lowered.traffic):
+        group = groups.get(key[1]) if key[0] == "g" else None
+        out.append({"name": name, "kind": kernel_kind(kern) if group is not None or
+                    kernel_kind(kern) == "collective" else "copy",
+                    "group": group.id if group is not None else None,
+                    "ops": [ops[m] for m in sorted(group.members)] if group is not None
+                    else ["copy"],
+                    "read": read, "written": written, "flops": kernel_flops(kern)})
+    return out
+
+
 def describe_program(program, plan, lowered, target: dict, code: dict, structure,
                      device: str = "cpu") -> dict:
     """Manifest fields and static sections; `target` describes the machine code was built
@@ -28,7 +47,7 @@ def describe_program(program, plan, lowered, target: dict, code: dict, structure
         "memory": {"arena_bytes": lowered.memory.arena_bytes,
                    "live_bytes_lower_bound": lowered.memory.live_bytes_lower_bound,
                    "naive_bytes": lowered.naive_bytes, "buffers": intervals},
-        "kernels": [{"name": n, "read": r, "written": w} for n, r, w in lowered.traffic],
+        "kernels": kernel_entries(program, plan, lowered),
         "constants": [[list(b.shape), b.dtype] for b, _ in lowered.constants],
         "graph_name": program.graph.name,
     }

@@ -1,4 +1,4 @@
-"""The `graphc` command: dump, viz, info, run, compile and bench.
+"""The `graphc` command: dump, viz, info, run, profile, compile and bench.
 
 PATH is an artifact (.gcx) or `file.py:attribute`, where the attribute is an Executable,
 outputs to compile (a Tensor, list or dict), or a function returning either.
@@ -165,11 +165,9 @@ def cmd_info(args) -> int:
     return 0
 
 
-def cmd_run(args) -> int:
-    import graphc_runtime
-    model = graphc_runtime.load(args.artifact)
+def _feeds(items) -> dict:
     feeds = {}
-    for item in args.input or []:
+    for item in items or []:
         if "=" not in item:
             raise CliError(f"--input takes name=file.npy, got {item!r}")
         name, filename = item.split("=", 1)
@@ -177,6 +175,25 @@ def cmd_run(args) -> int:
             feeds[name] = np.load(filename, allow_pickle=False)
         except (OSError, ValueError) as e:
             raise CliError(f"cannot read {filename}: {e}") from None
+    return feeds
+
+
+def cmd_profile(args) -> int:
+    import graphc_runtime
+    model = graphc_runtime.load(args.artifact)
+    report = model.profile(args.repeat, **_feeds(args.input))
+    print(report.table())
+    if args.output:
+        report.save_trace(args.output)
+        print(f"wrote {args.output} ({len(report.events)} trace events; open it in Perfetto "
+              f"or chrome://tracing)")
+    return 0
+
+
+def cmd_run(args) -> int:
+    import graphc_runtime
+    model = graphc_runtime.load(args.artifact)
+    feeds = _feeds(args.input)
     result = model(**feeds)
     flat = _flatten(result)
     if args.output_dir:
@@ -238,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("--output-dir", help="write each output as NAME.npy here")
     r.set_defaults(fn=cmd_run)
+    pr = sub.add_parser("profile", help="time each kernel of an artifact; Chrome trace")
+    pr.add_argument("artifact")
+    pr.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+    pr.add_argument("--repeat", type=int, default=10, help="profiled calls (default 10)")
+    pr.add_argument("-o", "--output", help="write a Chrome trace-event file (trace.json)")
+    pr.set_defaults(fn=cmd_profile)
     c = sub.add_parser("compile", help="compile file.py:function into an artifact")
     c.add_argument("target", help="file.py:function (returns outputs or an Executable)")
     c.add_argument("-o", "--output", required=True)

@@ -122,6 +122,9 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
                              "features": native_module.features},
                             {"object": bytes(native_module.object_code)}, structure_of(outputs))
     info["manifest"]["collectives"] = collectives
+    opt_level = options.get("opt_level", 3)
+    info["profile_object"] = lambda: cpu_codegen.NativeModule(cpu_codegen.emit_module(
+        graph.name, lowered, num_threads, profile=True), opt_level).object_code
     exe = Executable(native, rebuild, stats, dumps, device="cpu", module=native_module,
                      info=info)
     if options.get("distributed") is not None:

@@ -207,6 +207,20 @@ class CpuProgram:
                         for name, shape, d in signature.inputs]
         self._outputs = [(shape, NUMPY[d]) for _, shape, d in signature.outputs]
 
+    def profile_timestamps(self):
+        """(kernels [K, 2], chunks [K, C, 3]) int64 CLOCK_MONOTONIC nanoseconds of the
+        last call of a profiling build (see graphc.codegen.cpu.profiling), or None for a
+        normal build. Zeros mark what did not run."""
+        shape = self.engine.get_global_value_address("graphc_profile_shape")
+        if not shape:
+            return None
+        k, c = (ctypes.c_int64 * 2).from_address(shape)
+        kernels = np.ctypeslib.as_array((ctypes.c_int64 * (2 * max(k, 1))).from_address(
+            self.engine.get_global_value_address("graphc_profile_kernels")))
+        chunks = np.ctypeslib.as_array((ctypes.c_int64 * (3 * max(k, 1) * c)).from_address(
+            self.engine.get_global_value_address("graphc_profile_chunks")))
+        return kernels[:2 * k].reshape(k, 2), chunks[:3 * k * c].reshape(k, c, 3)
+
     def run(self, args: tuple, kwargs: dict) -> list:
         if self._entry is not None and not self.poison_arena:
             if kwargs and not args and len(kwargs) == len(self._names):

@@ -68,7 +68,9 @@ class CudaProgram:
         finally:
             st["ctx"].pop()
 
-    def run(self, args: tuple, kwargs: dict) -> list:
+    def run(self, args: tuple, kwargs: dict, timings: list | None = None) -> list:
+        """One step; with `timings` (a list), appends (kernel name, milliseconds) per
+        launch, measured with CUDA events around each launch."""
         st = self._ready()
         values = bind_inputs(self._names, args, kwargs)
         gpuarray = st["gpuarray"]
@@ -100,7 +102,14 @@ class CudaProgram:
                         continue
                     ptrs = [np.uintp(base + w["offset"]) if "offset" in w
                             else np.uintp(int(slots[w["slot"]].gpudata)) for w in launch["buffers"]]
+                    if timings is not None:
+                        start, end = st["drv"].Event(), st["drv"].Event()
+                        start.record()
                     fn(*ptrs, block=(launch["block"], 1, 1), grid=(launch["grid"], 1))
+                    if timings is not None:
+                        end.record()
+                        end.synchronize()
+                        timings.append((launch["kernel"], start.time_till(end)))
                 if device_in and all(getattr(v, "device", "").startswith("cuda")
                                      for v in values):
                     # device arrays in, device arrays out: nothing crosses the bus

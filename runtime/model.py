@@ -140,6 +140,18 @@ class Model:
         except (KeyError, ValueError):
             raise ArtifactError("this artifact holds no readable fusion plan") from None
 
+    def profile(self, repeat: int = 10, *args, **kwargs):
+        """Per-kernel times of `repeat` calls (see graphc_runtime.profile); needs the
+        profiling build that Executable.save stores with the program."""
+        from .profile import profile_program
+        if self.manifest["device"] != "cpu":
+            raise ArtifactError("profiling a CUDA artifact is not supported yet")
+        code = self._sections.get("object_profile")
+        if code is None:
+            raise ArtifactError("this artifact holds no profiling build (saved by an older "
+                                "graphc); save it again to profile it")
+        return profile_program(self._native, code, self.manifest, repeat, args, kwargs)
+
     def save(self, path: str) -> None:
         """Write this model, with its current variable values, as a new artifact."""
         sections = dict(self._sections)

@@ -625,3 +625,27 @@ def kernel_stores(kernel) -> list[Store]:
     if isinstance(kernel, ScatterKernel):
         return [Store(kernel.out, kernel.update, kernel.target)]
     raise CompileError(f"unknown kernel {kernel!r}")
+
+
+KIND_NAMES = {"LoopKernel": "loop", "RowKernel": "row", "DotKernel": "dot",
+              "ConvKernel": "conv", "ScatterKernel": "scatter",
+              "CollectiveKernel": "collective"}
+
+
+def kernel_kind(kernel) -> str:
+    return KIND_NAMES.get(type(kernel).__name__, type(kernel).__name__)
+
+
+def kernel_flops(kernel) -> int:
+    """Multiply-adds of a dot or conv kernel, counted as two flops each (0 otherwise)."""
+    def extent(vars_):
+        n = 1
+        for v in vars_:
+            if isinstance(v, ix.IVar):
+                n *= v.hi + 1
+        return n
+    if isinstance(kernel, DotKernel):
+        return 2 * extent(kernel.batch_vars + kernel.m_vars + kernel.n_vars + kernel.k_vars)
+    if isinstance(kernel, ConvKernel):
+        return 2 * extent(kernel.out_vars) * extent(kernel.red_vars)
+    return 0

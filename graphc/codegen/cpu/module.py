@@ -15,6 +15,7 @@ from ...kernels import kernel as K
 from .. import llvm_features
 from .loops import Emitter
 from .parallel import ParallelBuilder, split_var
+from .profiling import Profiling
 from .types import COMPUTE, F32, I8, I32, I64, LIBM, STORAGE, VOID, _mangle
 
 NUMPY_DATA_OFFSET = 16     # PyArrayObject: PyObject_HEAD (refcount, type), then data
@@ -32,6 +33,7 @@ class ModuleBuilder(ParallelBuilder):
         self.kernels: list = []       # (function, buffers, (split var, own threads), trampoline)
         self.threads = 1
         self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
+        self.profiling = None         # a Profiling in the profiling build
 
     # -- helpers --------------------------------------------------------------------------
     def intrinsic(self, name, types):
@@ -104,11 +106,13 @@ class ModuleBuilder(ParallelBuilder):
             em.bounds[split.name] = (fn.args[-2], fn.args[-1])
         em.kernel(kernel)
         builder.ret_void()
-        trampoline = self._trampoline(fn, bufs) if split is not None else None
+        index = len(self.kernels)
+        trampoline = self._trampoline(fn, bufs, index) if split is not None else None
         self.kernels.append((fn, bufs, (split, own_threads), trampoline))
 
-    def _trampoline(self, fn, bufs):
-        """ptr kN_thread(ptr ctx): ctx holds the buffer addresses, begin and end (i64)."""
+    def _trampoline(self, fn, bufs, index: int):
+        """ptr kN_thread(ptr ctx): ctx holds the buffer addresses, begin and end (i64),
+        and in the profiling build the chunk's number."""
         i8p = ir.PointerType(I8)
         tr = ir.Function(self.module, ir.FunctionType(i8p, [i8p]), fn.name + "_thread")
         tr.linkage = "internal"
@@ -116,7 +120,12 @@ class ModuleBuilder(ParallelBuilder):
         ctx = b.bitcast(tr.args[0], ir.PointerType(I64))
         words = [b.load(b.gep(ctx, [ir.Constant(I64, k)])) for k in range(len(bufs) + 2)]
         args = [b.inttoptr(w, ir.PointerType(STORAGE[x.dtype])) for w, x in zip(words, bufs)]
-        b.call(fn, args + words[-2:])
+        if self.profiling is None:
+            b.call(fn, args + words[-2:])
+        else:
+            chunk = b.load(b.gep(ctx, [ir.Constant(I64, len(bufs) + 2)]))
+            self.profiling.chunk(b, index, chunk, self.team_thread(b),
+                                 lambda: b.call(fn, args + words[-2:]))
         b.ret(ir.Constant(i8p, None))
         return tr
 
@@ -151,12 +160,17 @@ class ModuleBuilder(ParallelBuilder):
             cache[buf.id] = b.bitcast(raw, ir.PointerType(STORAGE[buf.dtype]))
             return cache[buf.id]
 
-        for fn_k, bufs, (split, own_threads), trampoline in schedule:
+        for entry in schedule:
+            fn_k, bufs, (split, own_threads), trampoline = entry
             ptrs = [pointer(x) for x in bufs]
+            if self.profiling is not None:
+                self.profiling.kernel_start(b, self.kernels.index(entry))
             if split is None:
                 b.call(fn_k, ptrs)
             else:
                 self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads)
+            if self.profiling is not None:
+                self.profiling.kernel_end(b, self.kernels.index(entry))
         b.ret_void()
         return fn
 
@@ -214,14 +228,18 @@ class ModuleBuilder(ParallelBuilder):
         b.ret(ir.Constant(I32, 0))
 
 
-def emit_module(name: str, lowered, threads: int = 1) -> str:
-    """LLVM IR text of the whole program: its kernels and graphc_main."""
+def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> str:
+    """LLVM IR text of the whole program: its kernels and graphc_main; with `profile`,
+    the profiling build (timestamps around every kernel and thread chunk)."""
     from graphc_runtime.cpu import host_features, llvm
     b = llvm()
     triple = b.get_process_triple()
     mb = ModuleBuilder(name, triple=triple)
     mb.threads = threads
     mb.scalef = "+avx512f" in host_features().split(",") and llvm_features.vectorizes_ldexp()
+    if profile:
+        native = [k for k in lowered.kernels if not isinstance(k, K.CollectiveKernel)]
+        mb.profiling = Profiling(mb.module, len(native), threads)
     offsets = lowered.memory.offsets
     segments = [[]]
     for kern in lowered.kernels:

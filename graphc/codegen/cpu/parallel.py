@@ -29,10 +29,12 @@ class ParallelBuilder:
         threads = min(self.threads, extent)
         bounds = [extent * t // threads for t in range(threads + 1)]
         contexts = []
+        extra = [] if self.profiling is None else [None]      # the chunk's number
         for t in range(threads):
-            ctx = b.alloca(I64, size=ir.Constant(I64, len(ptrs) + 2))
+            ctx = b.alloca(I64, size=ir.Constant(I64, len(ptrs) + 2 + len(extra)))
             words = [b.ptrtoint(p, I64) for p in ptrs] + [ir.Constant(I64, bounds[t]),
-                                                          ir.Constant(I64, bounds[t + 1])]
+                                                          ir.Constant(I64, bounds[t + 1])] + \
+                [ir.Constant(I64, t) for _ in extra]
             for k, w in enumerate(words):
                 b.store(w, b.gep(ctx, [ir.Constant(I64, k)]))
             contexts.append(ctx)
@@ -88,6 +90,19 @@ class ParallelBuilder:
                 g.initializer = ir.Constant(i8p, None)
             out.append(self.module.globals[name])
         return out
+
+    def team_thread(self, b):
+        """i64: this thread's number in OpenMP's team, or -1 off the team (no libgomp,
+        or a thread started for the call)."""
+        _, thread_num, _ = self.openmp()
+        fnty = ir.FunctionType(I32, [])
+        ptr = b.load(thread_num)
+        on_team = b.icmp_unsigned("!=", b.ptrtoint(ptr, I64), ir.Constant(I64, 0))
+        result = b.alloca(I64)
+        b.store(ir.Constant(I64, -1), result)
+        with b.if_then(on_team):
+            b.store(b.sext(b.call(b.bitcast(ptr, ir.PointerType(fnty)), []), I64), result)
+        return b.load(result)
 
     def gomp_body(self):
         """void graphc_gomp_body(i8** job): what each OpenMP thread runs. job[0] is a

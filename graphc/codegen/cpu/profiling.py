@@ -1,0 +1,67 @@
+"""Timestamps for the profiling build: CLOCK_MONOTONIC nanoseconds (the clock of Python's
+time.monotonic_ns) around each kernel on the calling thread and around each chunk of a
+kernel split across threads, written to globals that the runtime reads after a call.
+The normal build has none of this code.
+
+    graphc_profile_shape   [2 x i64]          kernels K, chunks per kernel C
+    graphc_profile_kernels [2K x i64]         start, end of kernel k
+    graphc_profile_chunks  [3KC x i64]        start, end, thread of chunk c of kernel k
+                                              (0 where the chunk did not run on a team)
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from .types import I8, I32, I64
+
+CLOCK_MONOTONIC = 1          # Linux
+
+
+class Profiling:
+    def __init__(self, module: ir.Module, kernels: int, chunks: int):
+        self.module, self.kernels, self.chunks = module, kernels, max(chunks, 1)
+        self.shape = self._array("graphc_profile_shape", [kernels, self.chunks])
+        self.starts = self._array("graphc_profile_kernels", [0] * (2 * max(kernels, 1)))
+        self.chunk_times = self._array("graphc_profile_chunks",
+                                       [0] * (3 * max(kernels, 1) * self.chunks))
+        self._now = None
+
+    def _array(self, name, values):
+        ty = ir.ArrayType(I64, len(values))
+        g = ir.GlobalVariable(self.module, ty, name)
+        g.initializer = ir.Constant(ty, values)
+        return g
+
+    def now(self, b: ir.IRBuilder):
+        """i64 nanoseconds of CLOCK_MONOTONIC."""
+        if self._now is None:
+            i8p = ir.PointerType(I8)
+            clock = ir.Function(self.module, ir.FunctionType(I32, [I32, i8p]), "clock_gettime")
+            fn = ir.Function(self.module, ir.FunctionType(I64, []), "graphc_profile_now")
+            fn.linkage = "internal"
+            fb = ir.IRBuilder(fn.append_basic_block("entry"))
+            ts = fb.alloca(ir.ArrayType(I64, 2))
+            fb.call(clock, [ir.Constant(I32, CLOCK_MONOTONIC), fb.bitcast(ts, i8p)])
+            sec = fb.load(fb.gep(ts, [ir.Constant(I32, 0), ir.Constant(I32, 0)]))
+            nsec = fb.load(fb.gep(ts, [ir.Constant(I32, 0), ir.Constant(I32, 1)]))
+            fb.ret(fb.add(fb.mul(sec, ir.Constant(I64, 1_000_000_000)), nsec))
+            self._now = fn
+        return b.call(self._now, [])
+
+    def _store(self, b, array, index, value):
+        b.store(value, b.gep(array, [ir.Constant(I32, 0), index]))
+
+    def kernel_start(self, b, k: int) -> None:
+        self._store(b, self.starts, ir.Constant(I64, 2 * k), self.now(b))
+
+    def kernel_end(self, b, k: int) -> None:
+        self._store(b, self.starts, ir.Constant(I64, 2 * k + 1), self.now(b))
+
+    def chunk(self, b, k: int, chunk, thread, run) -> None:
+        """Time `run()` as chunk `chunk` (an i64 value) of kernel k on `thread` (i64)."""
+        base = b.mul(b.add(b.mul(ir.Constant(I64, k), ir.Constant(I64, self.chunks)), chunk),
+                     ir.Constant(I64, 3))
+        self._store(b, self.chunk_times, base, self.now(b))
+        run()
+        self._store(b, self.chunk_times, b.add(base, ir.Constant(I64, 1)), self.now(b))
+        self._store(b, self.chunk_times, b.add(base, ir.Constant(I64, 2)), thread)

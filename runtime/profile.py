@@ -1,0 +1,224 @@
+"""Kernel profiles: times from a profiling build's native timestamps, bytes and flops
+from the manifest, rates against this machine's limits, a table and a Chrome trace.
+
+The profiling build is a second compilation of the same program with timestamps around
+every kernel (and every chunk of a kernel split across threads); the normal build pays
+nothing. It runs on its own copy of the variables, so profiling a training step leaves
+the model's variables as they were.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import time
+
+import numpy as np
+
+from .errors import GraphcError
+
+
+@functools.cache
+def machine_limits() -> dict:
+    """This machine's copy bandwidth (bytes read + written per second, numpy copy of
+    64 MiB) and numpy's float32 GEMM rate (1024^3), best of a few runs."""
+    src = np.ones(1 << 24, np.float32)
+    dst = np.empty_like(src)
+    copy = []
+    for _ in range(5):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        copy.append(time.perf_counter() - t)
+    a = np.ones((1024, 1024), np.float32)
+    gemm = []
+    for _ in range(3):
+        t = time.perf_counter()
+        a @ a
+        gemm.append(time.perf_counter() - t)
+    return {"copy_GBps": 2 * src.nbytes / min(copy) / 1e9,
+            "gemm_GFLOPs": 2 * 1024 ** 3 / min(gemm) / 1e9}
+
+
+class Profile:
+    """Per-kernel times of `calls` profiled calls (`rows`, sorted by total time), the
+    Chrome trace events, and the normal and profiled wall time per call."""
+
+    def __init__(self, rows: list, events: list, calls: int, normal_ms: float,
+                 profiled_ms: float, limits: dict):
+        self.rows, self.events, self.calls = rows, events, calls
+        self.normal_ms, self.profiled_ms, self.limits = normal_ms, profiled_ms, limits
+
+    @property
+    def overhead(self) -> float:
+        """Profiled wall time per call over the normal build's, minus one."""
+        return self.profiled_ms / self.normal_ms - 1 if self.normal_ms else 0.0
+
+    def table(self) -> str:
+        """The kernels sorted by time: kernel, kind, fused ops, ms per call, %, rate."""
+        lines = [f"{'kernel':24} {'kind':10} {'ms':>9} {'%':>6} {'GB/s':>8} {'GFLOP/s':>8}  "
+                 f"fused ops"]
+        for r in self.rows:
+            gflops = f"{r['gflops']:8.1f}" if r["flops"] else f"{'-':>8}"
+            ops = ", ".join(r["ops"])
+            lines.append(f"{r['kernel'][:24]:24} {r['kind'][:10]:10} {r['ms']:9.3f} "
+                         f"{r['percent']:5.1f}% {r['gbps']:8.2f} {gflops}  "
+                         f"{ops[:60] + ('...' if len(ops) > 60 else '')}")
+        total = sum(r["ms"] for r in self.rows)
+        lines.append(f"{len(self.rows)} kernels, {total:.3f} ms of kernels per call; a call "
+                     f"takes {self.normal_ms:.3f} ms (profiling build {self.profiled_ms:.3f} "
+                     f"ms); limits: copy {self.limits['copy_GBps']:.1f} GB/s, GEMM "
+                     f"{self.limits['gemm_GFLOPs']:.0f} GFLOP/s")
+        return "\n".join(lines)
+
+    def trace(self) -> dict:
+        """Chrome trace-event JSON (opens in Perfetto and chrome://tracing)."""
+        return {"traceEvents": self.events, "displayTimeUnit": "ms"}
+
+    def save_trace(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.trace(), f)
+
+    def __repr__(self) -> str:
+        return self.table()
+
+
+VIEW_OPS = {"reshape", "transpose", "broadcast_in_dim", "slice", "constant", "convert",
+            "copy"}
+
+
+def compact_ops(ops: list) -> list:
+    """The distinct ops a kernel computes, views left out unless it has nothing else."""
+    seen = list(dict.fromkeys(ops))
+    work = [op for op in seen if op not in VIEW_OPS]
+    return work or seen
+
+
+def profile_program(normal, profile_object: bytes, manifest: dict, repeat: int, args: tuple,
+                    kwargs: dict) -> Profile:
+    """Load `profile_object` (the profiling build of `normal`'s program) with a copy of
+    `normal`'s current variables and profile both (see run_profile)."""
+    from .cpu import CpuProgram
+    kernels = [k for k in manifest["kernels"] if k.get("kind") != "collective"]
+    if manifest.get("collectives"):
+        raise GraphcError("profile: programs with collectives are not supported yet")
+    profiled = CpuProgram(profile_object, normal.signature, normal.arena_bytes,
+                          {n: v.copy() for n, v in normal.variables.items()},
+                          normal.constants)
+    saved = {n: v.copy() for n, v in normal.variables.items()}
+    try:
+        return run_profile(normal, profiled, kernels, repeat, args, kwargs)
+    finally:
+        for n, v in saved.items():                 # the normal runs were real steps
+            normal.variables[n] = v
+
+
+def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwargs: dict,
+                limits: dict | None = None) -> Profile:
+    """Call the `profiled` build (a CpuProgram with timestamps) `repeat` times and the
+    `normal` build as often, and build the report from `kernels` (the manifest's kernel
+    entries: name, kind, ops, read, written, flops)."""
+    if not isinstance(repeat, int) or repeat < 1:
+        raise GraphcError(f"profile: repeat must be a positive int, got {repeat!r}")
+    stamps = profiled.profile_timestamps()
+    if stamps is None:
+        raise GraphcError("profile: this native code is not a profiling build")
+    if stamps[0].shape[0] != len(kernels):
+        raise GraphcError(f"profile: the profiling build has {stamps[0].shape[0]} kernels, "
+                          f"the manifest describes {len(kernels)}")
+    limits = limits or machine_limits()
+    normal.run(args, kwargs)                         # warm both (page faults, caches)
+    profiled.run(args, kwargs)
+    t = time.perf_counter()
+    for _ in range(repeat):
+        normal.run(args, kwargs)
+    normal_ms = (time.perf_counter() - t) / repeat * 1e3
+    totals = np.zeros(len(kernels))
+    events, origin, threads = [], None, set()
+    wall = 0.0
+    for call in range(repeat):
+        kern, chunks = profiled.profile_timestamps()
+        kern[...] = 0
+        chunks[...] = 0
+        t = time.perf_counter()
+        profiled.run(args, kwargs)
+        wall += time.perf_counter() - t
+        kern, chunks = profiled.profile_timestamps()
+        if origin is None:
+            origin = int(kern[kern > 0].min()) if (kern > 0).any() else 0
+        for k, meta in enumerate(kernels):
+            start, end = int(kern[k, 0]), int(kern[k, 1])
+            if start == 0 or end < start:
+                continue
+            totals[k] += end - start
+            args_ = {"kind": meta["kind"], "ops": ", ".join(compact_ops(meta["ops"])),
+                     "bytes": meta["read"] + meta["written"], "call": call}
+            events.append({"name": meta["name"], "cat": meta["kind"], "ph": "X", "pid": 1,
+                           "tid": 0, "ts": (start - origin) / 1e3, "dur": (end - start) / 1e3,
+                           "args": args_})
+            for c in range(chunks.shape[1]):
+                c0, c1, thread = (int(v) for v in chunks[k, c])
+                if c0 == 0 or c1 < c0:
+                    continue
+                tid = 1 + (thread if thread >= 0 else c)
+                threads.add(tid)
+                events.append({"name": f"{meta['name']} [chunk {c}]", "cat": meta["kind"],
+                               "ph": "X", "pid": 1, "tid": tid, "ts": (c0 - origin) / 1e3,
+                               "dur": (c1 - c0) / 1e3, "args": dict(args_, chunk=c)})
+    names = [{"name": "thread_name", "ph": "M", "pid": 1, "tid": 0,
+              "args": {"name": "step (kernels in order)"}}] + \
+        [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t,
+          "args": {"name": f"team thread {t - 1}"}} for t in sorted(threads)]
+    total = totals.sum() or 1.0
+    rows = []
+    for k, meta in enumerate(kernels):
+        ms = totals[k] / repeat / 1e6
+        moved = meta["read"] + meta["written"]
+        seconds = ms / 1e3
+        gbps = moved / seconds / 1e9 if seconds > 0 else 0.0
+        gflops = meta.get("flops", 0) / seconds / 1e9 if seconds > 0 else 0.0
+        rows.append({"kernel": meta["name"], "kind": meta["kind"],
+                     "ops": compact_ops(meta["ops"]),
+                     "ms": ms, "percent": 100 * totals[k] / total, "bytes": moved,
+                     "flops": meta.get("flops", 0), "gbps": gbps, "gflops": gflops,
+                     "fraction_of_bandwidth": gbps / limits["copy_GBps"],
+                     "fraction_of_gemm": gflops / limits["gemm_GFLOPs"] if meta.get("flops")
+                     else 0.0})
+    rows.sort(key=lambda r: -r["ms"])
+    return Profile(rows, names + events, repeat, normal_ms, wall / repeat * 1e3, limits)
+
+
+def profile_cuda(program, manifest: dict, repeat: int, args: tuple, kwargs: dict) -> Profile:
+    """The same report for a CUDA program, timed with CUDA events around each launch
+    (one track per launch order; no thread chunks on a GPU)."""
+    if not isinstance(repeat, int) or repeat < 1:
+        raise GraphcError(f"profile: repeat must be a positive int, got {repeat!r}")
+    meta = {k["name"]: k for k in manifest["kernels"]}
+    program.run(args, kwargs)
+    t = time.perf_counter()
+    for _ in range(repeat):
+        program.run(args, kwargs)
+    normal_ms = (time.perf_counter() - t) / repeat * 1e3
+    totals, events, clock, wall = {}, [], 0.0, 0.0
+    for call in range(repeat):
+        timings = []
+        t = time.perf_counter()
+        program.run(args, kwargs, timings=timings)
+        wall += time.perf_counter() - t
+        for name, ms in timings:
+            totals[name] = totals.get(name, 0.0) + ms
+            events.append({"name": name, "cat": meta.get(name, {}).get("kind", "kernel"),
+                           "ph": "X", "pid": 1, "tid": 0, "ts": clock * 1e3, "dur": ms * 1e3,
+                           "args": {"call": call}})
+            clock += ms
+    total = sum(totals.values()) or 1.0
+    rows = []
+    for name, ms_total in sorted(totals.items(), key=lambda kv: -kv[1]):
+        m = meta.get(name, {"kind": "kernel", "ops": [], "read": 0, "written": 0, "flops": 0})
+        ms = ms_total / repeat
+        moved = m["read"] + m["written"]
+        rows.append({"kernel": name, "kind": m["kind"], "ops": compact_ops(m["ops"]) if
+                     m["ops"] else [], "ms": ms, "percent": 100 * ms_total / total,
+                     "bytes": moved, "flops": m.get("flops", 0),
+                     "gbps": moved / (ms / 1e3) / 1e9 if ms > 0 else 0.0,
+                     "gflops": m.get("flops", 0) / (ms / 1e3) / 1e9 if ms > 0 else 0.0})
+    return Profile(rows, events, repeat, normal_ms, wall / repeat * 1e3,
+                   {"copy_GBps": float("nan"), "gemm_GFLOPs": float("nan")})

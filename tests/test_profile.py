@@ -1,0 +1,107 @@
+"""The kernel profiler: a profiling build with native timestamps, its report, the Chrome
+trace, `graphc profile` on an artifact, and a normal build that carries none of it."""
+import json
+
+import numpy as np
+import pytest
+
+import graphc as gc
+import graphc_runtime
+from graphc.cli import main as cli
+from graphc_runtime import openmp
+
+
+def mlp_step(rng, batch=64):
+    from bench.__main__ import mlp_graph
+    g, loss, updates = mlp_graph(batch=batch, sizes=(64, 128, 10))
+    with g:
+        exe = gc.compile({"loss": loss}, updates=updates, num_threads=2)
+    feeds = {"x": rng.standard_normal((batch, 64)).astype(np.float32),
+             "y": rng.integers(0, 10, batch).astype(np.int32)}
+    return exe, feeds
+
+
+def test_profile_reports_every_kernel_and_leaves_the_variables(rng):
+    exe, feeds = mlp_step(rng)
+    before = {k: v.copy() for k, v in exe.variables.items()}
+    report = exe.profile(repeat=5, **feeds)
+    assert len(report.rows) == exe.stats["kernels"]
+    assert {r["kernel"] for r in report.rows} == {k["name"] for k in exe.manifest()["kernels"]}
+    times = [r["ms"] for r in report.rows]
+    assert times == sorted(times, reverse=True) and all(t >= 0 for t in times)
+    assert sum(times) > 0
+    assert abs(sum(r["percent"] for r in report.rows) - 100) < 1e-6
+    assert sum(times) <= report.profiled_ms * 1.05       # kernels run inside the call
+    dots = [r for r in report.rows if r["kind"] == "dot"]
+    assert dots and all(r["flops"] > 0 and r["gflops"] > 0 for r in dots)
+    assert all(r["bytes"] > 0 for r in report.rows)
+    for name, value in exe.variables.items():
+        np.testing.assert_array_equal(value, before[name])
+    table = report.table()
+    assert table.splitlines()[1].split()[0] == report.rows[0]["kernel"]
+    assert "dot_general" in table and "GB/s" in table
+    # the normal build has no timestamps
+    assert "graphc_profile" not in exe.dump("llvm")
+
+
+def test_chrome_trace_has_an_event_per_kernel_per_call(rng, tmp_path):
+    exe, feeds = mlp_step(rng)
+    report = exe.profile(repeat=3, **feeds)
+    path = tmp_path / "trace.json"
+    report.save_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    main = [e for e in events if e["ph"] == "X" and e["tid"] == 0]
+    assert len(main) == 3 * exe.stats["kernels"]
+    assert all(e["dur"] >= 0 and e["ts"] >= 0 and e["pid"] == 1 for e in main)
+    first = sorted(main, key=lambda e: e["ts"])[:exe.stats["kernels"]]
+    assert [e["name"] for e in first] == [k["name"] for k in exe.manifest()["kernels"]]
+    assert any(e["ph"] == "M" and e["args"]["name"].startswith("step") for e in events)
+
+
+@pytest.mark.skipif(openmp.library() is None, reason="libgomp (OpenMP's team) not present")
+def test_split_kernels_get_a_track_per_team_thread(rng):
+    n = 1 << 20
+    with gc.Graph():
+        x = gc.placeholder((n,), name="x")
+        exe = gc.compile(gc.tanh(x) * 2.0 + x, num_threads=2)
+    report = exe.profile(repeat=2, x=rng.standard_normal(n).astype(np.float32))
+    chunks = [e for e in report.events if e["ph"] == "X" and e["tid"] > 0]
+    assert {e["args"]["chunk"] for e in chunks} == {0, 1}
+    assert len({e["tid"] for e in chunks}) >= 1
+    tracks = [e["args"]["name"] for e in report.events if e["ph"] == "M"]
+    assert any(t.startswith("team thread") for t in tracks)
+
+
+def test_graphc_profile_on_an_artifact(rng, tmp_path, capsys):
+    exe, feeds = mlp_step(rng)
+    path = str(tmp_path / "mlp.gcx")
+    exe.save(path)
+    for name, value in feeds.items():
+        np.save(tmp_path / f"{name}.npy", value)
+    trace = tmp_path / "trace.json"
+    rc = cli(["profile", path, "--input", f"x={tmp_path / 'x.npy'}",
+              "--input", f"y={tmp_path / 'y.npy'}", "--repeat", "3", "-o", str(trace)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "kernel" in out and "GB/s" in out and f"wrote {trace}" in out
+    assert len([e for e in json.loads(trace.read_text())["traceEvents"]
+                if e["ph"] == "X" and e["tid"] == 0]) == 3 * exe.stats["kernels"]
+    model = graphc_runtime.load(path)
+    before = {k: v.copy() for k, v in model.variables.items()}
+    assert len(model.profile(2, **feeds).rows) == exe.stats["kernels"]
+    for name, value in model.variables.items():
+        np.testing.assert_array_equal(value, before[name])
+
+
+def test_profile_errors_are_clear(rng, tmp_path):
+    exe, feeds = mlp_step(rng)
+    with pytest.raises(gc.GraphcError, match="repeat must be a positive int"):
+        exe.profile(repeat=0, **feeds)
+    with pytest.raises(gc.FeedError, match="missing input 'y'"):
+        exe.profile(repeat=1, x=feeds["x"])
+    path = str(tmp_path / "m.gcx")
+    exe.save(path)
+    model = graphc_runtime.load(path)
+    del model._sections["object_profile"]                # as an older graphc wrote it
+    with pytest.raises(gc.ArtifactError, match="no profiling build"):
+        model.profile(1, **feeds)
