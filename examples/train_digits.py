@@ -98,7 +98,7 @@ def train(name, build, data, epochs: int, batch: int, lr: float, seed: int) -> f
 def save_artifacts(name: str, predict, x_test, out_dir: str) -> None:
     """The trained model as an artifact, its drawing, and test inputs to run it on."""
     import os
-    from graphc import viz
+    from graphc import viewer
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"digits_{name}.gcx")
     predict.save(path)
@@ -106,7 +106,7 @@ def save_artifacts(name: str, predict, x_test, out_dir: str) -> None:
     import graphc_runtime
     model = graphc_runtime.load(path)
     with open(os.path.join(out_dir, f"digits_{name}.html"), "w") as f:
-        f.write(viz.to_html(viz.view_of_model(model, f"digits_{name}")))
+        f.write(viewer.model_page(model, f"digits_{name}"))     # the interactive viewer
     print(f"[{name}] saved {path} and {os.path.join(out_dir, f'digits_{name}.html')}")
 
 

@@ -29,7 +29,7 @@ def kernel_entries(program, plan, lowered) -> list:
 
 
 def describe_program(program, plan, lowered, target: dict, code: dict, structure,
-                     device: str = "cpu") -> dict:
+                     device: str = "cpu", source=None) -> dict:
     """Manifest fields and static sections; `target` describes the machine code was built
     for, `code` holds its sections (CPU: 'object'; CUDA: 'ptx')."""
     groups = [{"id": g.id, "kind": g.kind, "roots": [r.id for r in g.roots],
@@ -55,6 +55,10 @@ def describe_program(program, plan, lowered, target: dict, code: dict, structure
         **code,
         # variable values live in their own sections
         "graph.json": graph_dumps(program.graph, program.roots(), include_variables=False).encode(),
+        # the graph as the user built it (before the passes), for the viewer
+        **({"source_graph.json": graph_dumps(source.graph, source.roots(),
+                                             include_variables=False).encode()}
+           if source is not None else {}),
         "fusion.json": json.dumps({"groups": groups,
                                    "outputs": [o.id for o in program.outputs],
                                    "updates": [[n, v.id] for n, v in program.updates]}).encode(),

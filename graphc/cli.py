@@ -74,6 +74,13 @@ class Target:
     def dump(self, stage: str) -> str:
         return (self.model or self.exe).dump(stage)
 
+    def page(self) -> str:
+        """The interactive viewer page (graphc.viewer)."""
+        from . import viewer
+        if self.model is not None:
+            return viewer.model_page(self.model)
+        return viewer.executable_page(self.exe)
+
     def parts(self):
         """(graph JSON, fusion dict, memory dict, manifest-like info)."""
         if self.model is not None:
@@ -107,7 +114,8 @@ def cmd_dump(args) -> int:
 
 def cmd_viz(args) -> int:
     from . import viz
-    graph_json, fusion, memory, manifest = Target(args.path).parts()
+    target = Target(args.path)
+    graph_json, fusion, memory, manifest = target.parts()
     out = args.output
     ext = os.path.splitext(out)[1].lower()
     if args.memory:
@@ -126,7 +134,7 @@ def cmd_viz(args) -> int:
     if ext == ".dot":
         _write(out, viz.to_dot(view))
     elif ext == ".html":
-        _write(out, viz.to_html(view))
+        _write(out, target.page())
     elif ext in (".svg", ".png"):
         dot = shutil.which("dot")
         if dot is None:

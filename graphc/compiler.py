@@ -99,7 +99,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
 
     if kind == "cuda":
         return _compile_cuda(graph, optimized, plan, lowered, input_nodes, outputs, rebuild,
-                             pm, seconds, start, options, device)
+                             pm, seconds, start, options, device, source=program)
 
     t0 = time.perf_counter()
     llvm_ir = cpu_codegen.emit_module(graph.name, lowered, num_threads)
@@ -120,7 +120,8 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     info = describe_program(optimized, plan, lowered,
                             {"triple": native_module.triple, "cpu": native_module.cpu,
                              "features": native_module.features},
-                            {"object": bytes(native_module.object_code)}, structure_of(outputs))
+                            {"object": bytes(native_module.object_code)}, structure_of(outputs),
+                            source=program)
     info["manifest"]["collectives"] = collectives
     opt_level = options.get("opt_level", 3)
     info["profile_object"] = lambda: cpu_codegen.NativeModule(cpu_codegen.emit_module(
@@ -205,7 +206,7 @@ def _signature(graph, input_nodes, lowered, outputs):
 
 
 def _compile_cuda(graph, optimized, plan, lowered, input_nodes, outputs, rebuild, pm, seconds,
-                  start, options, device):
+                  start, options, device, source=None):
     """PTX for the GPU (no GPU needed to compile; running needs one)."""
     from graphc_runtime.cuda import CudaProgram
     from .codegen.cuda import PtxProgram
@@ -220,6 +221,7 @@ def _compile_cuda(graph, optimized, plan, lowered, input_nodes, outputs, rebuild
     dumps = _dumps(pm, plan, lowered, ptx=ptx.ptx)
     from .artifact_info import describe_program
     info = describe_program(optimized, plan, lowered, {"arch": ptx.arch},
-                            {"ptx": ptx.ptx.encode()}, structure_of(outputs), device="cuda")
+                            {"ptx": ptx.ptx.encode()}, structure_of(outputs), device="cuda",
+                            source=source)
     info["manifest"]["launches"] = ptx.launches
     return Executable(native, rebuild, stats, dumps, device=device, info=info)

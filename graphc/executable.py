@@ -57,6 +57,30 @@ class Executable:
                     stats={k: v for k, v in self.stats.items()
                            if isinstance(v, (int, float, str))})
 
+    def viz(self, path: str) -> str:
+        """Write the interactive viewer page (.html: the graph as built, the optimized
+        graph and the fused kernels, with the memory plan) or a Graphviz drawing (.dot);
+        returns `path`."""
+        import os
+        from . import viewer, viz
+        ext = os.path.splitext(str(path))[1].lower()
+        if ext == ".html":
+            text = viewer.executable_page(self)
+        elif ext == ".dot":
+            manifest = self.manifest()
+            sections = self._info["sections"]
+            import json
+            text = viz.to_dot(viz.ProgramView(sections["graph.json"].decode(),
+                                              json.loads(sections["fusion.json"]),
+                                              manifest["memory"],
+                                              manifest.get("graph_name", "graph")))
+        else:
+            raise CompileError(f"viz writes .html or .dot, not {ext or 'a path without an '}"
+                               f"{'' if ext else 'extension'}")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return str(path)
+
     def profile(self, repeat: int = 10, **feeds):
         """Per-kernel times of `repeat` calls with `feeds`, from a profiling build of
         this program (timestamps around each kernel and thread chunk, compiled once on

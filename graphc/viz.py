@@ -1,6 +1,6 @@
-"""Drawings of a compiled program: Graphviz DOT with fusion groups as clusters, a
-self-contained HTML page (graph + memory timeline as inline SVG), and the memory plan
-as SVG (or PNG through matplotlib when it is installed)."""
+"""Static drawings of a compiled program: Graphviz DOT with fusion groups as clusters,
+and the memory plan as SVG (or PNG through matplotlib when it is installed). The
+interactive HTML page is graphc.viewer."""
 from __future__ import annotations
 
 import html
@@ -50,12 +50,6 @@ class ProgramView:
         return f"%{n['id']} {n['op']}{extra}\\n{self.type_str(n)}"
 
 
-def view_of_model(model, name: str | None = None) -> ProgramView:
-    """A ProgramView of a loaded artifact (graphc_runtime.Model)."""
-    return ProgramView(model.graph_json(), model.fusion_plan(), model.manifest.get("memory", {}),
-                       name or model.manifest.get("graph_name", "graph"))
-
-
 def to_dot(view: ProgramView) -> str:
     """Graphviz DOT: one cluster per fusion group, edges labelled with shapes."""
     lines = [f'digraph "{view.name}" {{', "  rankdir=TB;",
@@ -85,49 +79,6 @@ def to_dot(view: ProgramView) -> str:
                 lines.append(f'  n{i} -> n{n["id"]} [label="{types[i]}", fontsize=9];')
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def _layers(view: ProgramView) -> dict:
-    depth = {}
-    for n in view.nodes:
-        depth[n["id"]] = 1 + max((depth.get(i, 0) for i in n["inputs"]), default=-1)
-    return depth
-
-
-def graph_svg(view: ProgramView) -> str:
-    """A layered drawing of the graph (no Graphviz needed)."""
-    depth = _layers(view)
-    rows: dict = {}
-    for n in view.nodes:
-        rows.setdefault(depth[n["id"]], []).append(n)
-    w, h, gap_x, gap_y = 150, 38, 20, 36
-    width = max((len(r) for r in rows.values()), default=1) * (w + gap_x) + gap_x
-    height = len(rows) * (h + gap_y) + gap_y
-    pos = {}
-    for d, row in rows.items():
-        for k, n in enumerate(row):
-            pos[n["id"]] = (gap_x + k * (w + gap_x), gap_y + d * (h + gap_y))
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'font-family="Helvetica" font-size="11">']
-    for n in view.nodes:
-        x, y = pos[n["id"]]
-        for i in n["inputs"]:
-            if i in pos:
-                x0, y0 = pos[i]
-                parts.append(f'<line x1="{x0 + w / 2}" y1="{y0 + h}" x2="{x + w / 2}" y2="{y}" '
-                             f'stroke="#888"/>')
-    for n in view.nodes:
-        x, y = pos[n["id"]]
-        gid = view.cluster.get(n["id"])
-        fill = COLORS[gid % len(COLORS)] if gid is not None else "#ffffff"
-        label = html.escape(view.label(n).replace("\\n", " "))
-        parts.append(f'<g><title>{label} (kernel {gid})</title><rect x="{x}" y="{y}" '
-                     f'width="{w}" height="{h}" rx="6" fill="{fill}" stroke="#444"/>'
-                     f'<text x="{x + 6}" y="{y + 15}">%{n["id"]} {html.escape(n["op"])}</text>'
-                     f'<text x="{x + 6}" y="{y + 30}" fill="#555">'
-                     f'{html.escape(view.type_str(n))}</text></g>')
-    parts.append("</svg>")
-    return "\n".join(parts)
 
 
 def memory_svg(memory: dict) -> str:
@@ -177,13 +128,3 @@ def memory_png(memory: dict, path: str) -> None:
     ax.set_title(f"arena {memory.get('arena_bytes', 0)} bytes")
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
-
-
-def to_html(view: ProgramView) -> str:
-    """One self-contained page: the fused graph and the memory timeline."""
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(view.name)}"
-            f"</title></head><body style='font-family:Helvetica'>"
-            f"<h1>{html.escape(view.name)}</h1><p>{len(view.nodes)} nodes, "
-            f"{len(view.groups)} kernels (colours are kernels)</p>"
-            f"<h2>Graph</h2>{graph_svg(view)}<h2>Memory plan</h2>{memory_svg(view.memory)}"
-            f"</body></html>\n")
