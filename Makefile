@@ -46,6 +46,7 @@ $(BENCH_STAMP): $(STAMP)
 
 bench: $(BENCH_STAMP)
 	$(PY) -m bench
+	$(PY) -m bench.profiler
 
 clean:
 	rm -rf $(VENV) $(LOW_VENV) build *.egg-info

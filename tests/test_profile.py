@@ -105,3 +105,11 @@ def test_profile_errors_are_clear(rng, tmp_path):
     del model._sections["object_profile"]                # as an older graphc wrote it
     with pytest.raises(gc.ArtifactError, match="no profiling build"):
         model.profile(1, **feeds)
+
+
+def test_overhead_benchmark_runs(capsys):
+    from bench.profiler import main
+    rows = main(["--calls", "10", "--rounds", "1"])
+    assert [r["workload"][:2] for r in rows] == ["W5", "W8", "W1"]
+    assert all(r["normal_ms"] > 0 and r["profiled_ms"] > 0 for r in rows)
+    assert "ratio" in capsys.readouterr().out
