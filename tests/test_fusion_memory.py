@@ -259,3 +259,20 @@ def test_large_results_are_recycled_only_when_nobody_holds_them(graph):
     fourth = exe(a * 7)
     assert fourth.ctypes.data == address                # dropped result reused
     np.testing.assert_array_equal(fourth, 14)
+
+
+def test_deep_elementwise_chains_are_cut_at_the_depth_limit():
+    """A chain of thousands of fused ops compiled with a RecursionError in the kernel
+    builders; fusion now materializes every MAX_GROUP_DEPTH-th value."""
+    from graphc.passes.fusion import MAX_GROUP_DEPTH
+    v = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
+    with gc.Graph():
+        x = gc.placeholder(v.shape, name="x")
+        h = x
+        for i in range(700):                          # 2,100 elementwise ops in a row
+            h = gc.tanh(h * (1.0 + i / 1000.0) + 0.01 * i)
+        exe = gc.compile(h, opt_level=0)
+        want = gc.evaluate(h, {"x": v})
+    np.testing.assert_allclose(exe(v), want, rtol=1e-5, atol=1e-6)
+    assert exe.stats["kernels"] >= 2100 // MAX_GROUP_DEPTH
+    assert "reaches the depth limit" in exe.dump("fused")

@@ -29,6 +29,8 @@ TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sin", "co
                   "pow", "sqrt", "rsqrt"}
 DUPLICATION_LIMIT = 24        # recompute budget, in cheap-op units per output element
 MAX_GROUP_NODES = 400         # size limit of one kernel
+MAX_GROUP_DEPTH = 128         # longest chain of ops inside one kernel (the kernel builders
+                              # and emitters recurse once per level of the expression)
 
 
 @dataclass
@@ -142,6 +144,18 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
                 decisions.append(f"duplicate %{n.id} ({n.op}) into {len(us)} consumers "
                                  f"(cost {cost[n.id]})")
 
+    # a chain of inlined ops longer than MAX_GROUP_DEPTH is cut: every MAX_GROUP_DEPTH-th
+    # value is materialized
+    depth: dict[int, int] = {}
+    for n in nodes:
+        d = 1 + max((depth[i.id] for i in n.inputs if i.id not in materialized and
+                     cls[i.id] in ("fusible", "inline")), default=0)
+        if n.id not in materialized and cls[n.id] == "fusible" and d >= MAX_GROUP_DEPTH:
+            materialized.add(n.id)
+            decisions.append(f"materialize %{n.id} ({n.op}): a chain of {d} fused ops "
+                             f"reaches the depth limit {MAX_GROUP_DEPTH}")
+        depth[n.id] = d
+
     groups = []
     node_group = {}
     for n in nodes:
@@ -228,11 +242,21 @@ def _merged_kind(a: Group, b: Group):
     return None
 
 
+def _depth(members: dict) -> int:
+    """The longest chain of member nodes (inputs before users: ids are topological)."""
+    depth = {}
+    for nid in sorted(members):
+        depth[nid] = 1 + max((depth.get(i.id, 0) for i in members[nid].inputs), default=0)
+    return max(depth.values(), default=0)
+
+
 def _compatible(a: Group, b: Group, producer_consumer: bool) -> bool:
     kind = _merged_kind(a, b)
     if kind is None:
         return False
     if len(a.members) + len(b.members) > MAX_GROUP_NODES:
+        return False
+    if _depth({**a.members, **b.members}) > MAX_GROUP_DEPTH:
         return False
     if kind == "loop":
         return a.shape() == b.shape()
