@@ -14,6 +14,8 @@ import os
 
 import numpy as np
 
+from graphc_runtime.profile import compact_ops
+
 ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "viewer_assets")
 COLLAPSE_ABOVE = 200          # kernels start collapsed in graphs with more nodes
 SHORT = {"bool": "bool", "int32": "i32", "int64": "i64", "float16": "f16", "bfloat16": "bf16",
@@ -96,6 +98,7 @@ def page_data(name: str, optimized_json: str, fusion: dict, manifest: dict,
         buffers = [b for b in memory.get("buffers", []) if b.get("first") == k]
         kernel_list.append({"index": k, "name": entry.get("name", f"k{k}"),
                             "kind": entry.get("kind", "kernel"), "ops": entry.get("ops", []),
+                            "fused": ", ".join(compact_ops(entry.get("ops", []))),
                             "read": entry.get("read", 0), "written": entry.get("written", 0),
                             "flops": entry.get("flops", 0), "nodes": members,
                             "writes": [{"buffer": b["buffer"], "offset": b["offset"],

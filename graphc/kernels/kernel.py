@@ -636,14 +636,17 @@ def kernel_kind(kernel) -> str:
     return KIND_NAMES.get(type(kernel).__name__, type(kernel).__name__)
 
 
+def extent(vars_) -> int:
+    """Iterations of a loop nest over `vars_` (constants in the list count once)."""
+    n = 1
+    for v in vars_:
+        if isinstance(v, ix.IVar):
+            n *= v.hi + 1
+    return n
+
+
 def kernel_flops(kernel) -> int:
     """Multiply-adds of a dot or conv kernel, counted as two flops each (0 otherwise)."""
-    def extent(vars_):
-        n = 1
-        for v in vars_:
-            if isinstance(v, ix.IVar):
-                n *= v.hi + 1
-        return n
     if isinstance(kernel, DotKernel):
         return 2 * extent(kernel.batch_vars + kernel.m_vars + kernel.n_vars + kernel.k_vars)
     if isinstance(kernel, ConvKernel):

@@ -34,13 +34,7 @@
   const textWidth = (s) => Math.max(60, 7 * s.length + 18);
   const nodeLines = (n) => [`%${n.id} ${n.op}` + (n.name ? ` ${n.name}` : ""), n.type];
   const kernelTitle = (k) => `kernel ${k.index} · ${k.kind} · ${k.nodes.length} ops`;
-  const compactOps = (k) => {
-    const views = new Set(["reshape", "transpose", "broadcast_in_dim", "slice", "constant",
-                           "convert"]);
-    const ops = [...new Set(k.ops)];
-    const work = ops.filter((o) => !views.has(o));
-    return (work.length ? work : ops).join(", ");
-  };
+  const compactOps = (k) => k.fused;           // graphc_runtime.profile.compact_ops
   function matches(n, q) {
     return String(n.id) === q.replace(/^%/, "") || n.op.toLowerCase().includes(q) ||
       (n.name || "").toLowerCase().includes(q);

@@ -163,14 +163,15 @@ class ModuleBuilder(ParallelBuilder):
         for entry in schedule:
             fn_k, bufs, (split, own_threads), trampoline = entry
             ptrs = [pointer(x) for x in bufs]
-            if self.profiling is not None:
-                self.profiling.kernel_start(b, self.kernels.index(entry))
+            index = self.kernels.index(entry) if self.profiling is not None else None
+            if index is not None:
+                self.profiling.kernel_start(b, index)
             if split is None:
                 b.call(fn_k, ptrs)
             else:
                 self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads)
-            if self.profiling is not None:
-                self.profiling.kernel_end(b, self.kernels.index(entry))
+            if index is not None:
+                self.profiling.kernel_end(b, index)
         b.ret_void()
         return fn
 

@@ -204,9 +204,4 @@ def _blas_split(kern, threads: int):
     return None
 
 
-def _extent(vars_) -> int:
-    n = 1
-    for v in vars_:
-        if isinstance(v, ix.IVar):
-            n *= v.hi + 1
-    return n
+_extent = K.extent
