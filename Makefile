@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,examples,distributed]'
+	$(PY) -m pip install -q -e '.[test,examples,distributed,onnx]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -30,8 +30,8 @@ test-lowest:
 	rm -rf $(LOW_VENV)
 	$(PYTHON) -m venv $(LOW_VENV)
 	$(LOW_PY) -m pip install -q --upgrade pip
-	$(LOW_PY) -m pip install -q -c .ci/lowest.txt -e '.[test]'
-	$(LOW_PY) -m pip list 2>/dev/null | grep -i -E '^(numpy|llvmlite|networkx|ml.dtypes|scipy-openblas32) '
+	$(LOW_PY) -m pip install -q -c .ci/lowest.txt -e '.[test,onnx]'
+	$(LOW_PY) -m pip list 2>/dev/null | grep -i -E '^(numpy|llvmlite|networkx|ml.dtypes|scipy-openblas32|onnx|onnxruntime) '
 	$(LOW_PY) -m pytest tests --ignore=tests/test_examples.py --ignore=tests/test_distributed.py
 	$(LOW_PY) -m bench.speed_check
 	$(LOW_PY) -m pip install -q 'numba==0.65.*'

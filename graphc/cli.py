@@ -1,7 +1,8 @@
-"""The `graphc` command: dump, viz, info, run, profile, compile and bench.
+"""The `graphc` command: dump, viz, info, run, profile, compile, import and bench.
 
-PATH is an artifact (.gcx) or `file.py:attribute`, where the attribute is an Executable,
-outputs to compile (a Tensor, list or dict), or a function returning either.
+PATH is an artifact (.gcx), an ONNX model (.onnx) or `file.py:attribute`, where the
+attribute is an Executable, outputs to compile (a Tensor, list or dict), or a function
+returning either.
 """
 from __future__ import annotations
 
@@ -33,10 +34,37 @@ def _is_artifact(path: str) -> bool:
         return f.read(len(MAGIC)) == MAGIC or path.endswith(".gcx")
 
 
+def _is_onnx(path: str) -> bool:
+    return path.endswith(".onnx") and os.path.isfile(path)
+
+
+def _onnx_target(path: str, input_shapes=None, **compile_options):
+    """Executable for an ONNX model file."""
+    from . import onnx as gonnx
+    return gonnx.compile(path, input_shapes=input_shapes or None, **compile_options)
+
+
+def _shapes(items) -> dict:
+    """--input-shape NAME=1,3,224,224 options as {name: shape}."""
+    shapes = {}
+    for item in items or []:
+        name, sep, dims = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            shapes[name] = tuple(int(d) for d in dims.split(",") if d.strip())
+        except ValueError:
+            raise CliError(f"--input-shape wants NAME=D0,D1,..., got {item!r}") from None
+    return shapes
+
+
 def _python_target(spec: str, **compile_options):
     """Executable for `file.py:attribute`."""
+    if _is_onnx(spec):
+        return _onnx_target(spec, **compile_options)
     if ":" not in spec:
-        raise CliError(f"{spec!r} is neither an artifact nor file.py:attribute")
+        raise CliError(f"{spec!r} is neither an artifact, an .onnx model nor "
+                       f"file.py:attribute")
     filename, attr = spec.rsplit(":", 1)
     if not os.path.isfile(filename):
         raise CliError(f"no such file: {filename}")
@@ -233,6 +261,19 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    if not os.path.isfile(args.model):
+        raise CliError(f"no such file: {args.model}")
+    exe = _onnx_target(args.model, input_shapes=_shapes(args.input_shape))
+    exe.save(args.output)
+    sig = exe.manifest()["signature"]
+    print(f"wrote {args.output}: inputs "
+          f"{', '.join(f'{n} {d}{list(s)}' for n, s, d in sig['inputs'])}; "
+          f"{exe.stats['kernels']} kernels, "
+          f"arena {exe.stats['arena_bytes']} bytes")
+    return 0
+
+
 def cmd_bench(args) -> int:
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     if not os.path.isfile(os.path.join(here, "bench", "__main__.py")):
@@ -273,6 +314,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("target", help="file.py:function (returns outputs or an Executable)")
     c.add_argument("-o", "--output", required=True)
     c.set_defaults(fn=cmd_compile)
+    im = sub.add_parser("import", help="compile an ONNX model into an artifact")
+    im.add_argument("model", help="model.onnx")
+    im.add_argument("-o", "--output", required=True, help="model.gcx")
+    im.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
+                    help="size of an input with symbolic dims (repeatable)")
+    im.set_defaults(fn=cmd_import)
+
     b = sub.add_parser("bench", help="run the benchmarks (source checkout)")
     b.add_argument("rest", nargs=argparse.REMAINDER)
     b.set_defaults(fn=cmd_bench)

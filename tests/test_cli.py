@@ -103,7 +103,7 @@ def test_errors_go_to_stderr_with_nonzero_exit(workdir):
     r = graphc("info", "junk.gcx", cwd=workdir)
     assert r.returncode == 1 and "ArtifactError" in r.stderr and "truncated" in r.stderr
     r = graphc("dump", "nothing_here", cwd=workdir)
-    assert r.returncode == 2 and "neither an artifact nor file.py:attribute" in r.stderr
+    assert r.returncode == 2 and "neither an artifact, an .onnx model nor file.py:attribute" in r.stderr
     r = graphc("dump", cwd=workdir)
     assert r.returncode == 2 and "usage" in r.stderr
     r = graphc("viz", "tiny.gcx", "-o", "out.xyz", cwd=workdir)

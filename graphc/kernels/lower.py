@@ -69,7 +69,7 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
         var_buf[name] = new_buffer(value.shape, dtypes.canonical(value.dtype), "variable", name)
     const_buf, constants = {}, []
     for n in nodes:
-        if n.op == "constant" and n.attrs["value"].size > 1:
+        if n.op == "constant" and n.attrs["value"].size != 1:
             b = new_buffer(n.shape, n.dtype, "constant", f"const%{n.id}")
             const_buf[n.id] = b
             constants.append((b, n.attrs["value"]))

@@ -57,7 +57,7 @@ def node_class(node: Node) -> str:
     if node.op in ("parameter", "variable"):
         return "buffer"
     if node.op == "constant":
-        return "buffer" if node.attrs["value"].size > 1 else "inline"
+        return "buffer" if node.attrs["value"].size != 1 else "inline"
     if node.op in K.REDUCE_KIND:
         return "reduce"
     if node.op in ("dot_general", "conv", "scatter_add"):

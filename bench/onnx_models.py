@@ -1,0 +1,200 @@
+"""Four ONNX models built with onnx.helper, shaped like what exporters emit: a
+ResNet-style CNN, a MobileNet-style depthwise CNN, a BERT-style encoder and a GPT-style
+causal decoder (random weights, fixed seed). Used by tests/test_onnx_models.py and
+bench/onnx.py; each builder takes the batch size and returns (ModelProto, feeds maker).
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+class _Builder:
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.count = [], [], 0
+
+    def name(self, base: str) -> str:
+        self.count += 1
+        return f"{base}_{self.count}"
+
+    def weight(self, shape, scale=None, base="w"):
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+        scale = scale if scale is not None else 1.0 / np.sqrt(max(fan_in, 1))
+        return self.const(self.rng.normal(0, scale, shape).astype(np.float32), base)
+
+    def const(self, value, base="c"):
+        n = self.name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(value), n))
+        return n
+
+    def op(self, op_type, inputs, n_out=1, **attrs):
+        outs = [self.name(op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outs, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def model(self, name, inputs, outputs):
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="graphc-bench")
+        m.ir_version = 8
+        return m
+
+    # layers --------------------------------------------------------------------------------
+    def conv_bn(self, x, cin, cout, k, stride=1, group=1, act="relu"):
+        w = self.weight((cout, cin // group, k, k))
+        y = self.op("Conv", [x, w], kernel_shape=[k, k], strides=[stride, stride],
+                    pads=[k // 2] * 4, group=group)
+        bn = [self.const(self.rng.uniform(0.5, 1.5, cout).astype(np.float32), "gamma"),
+              self.const(self.rng.normal(0, 0.1, cout).astype(np.float32), "beta"),
+              self.const(self.rng.normal(0, 0.1, cout).astype(np.float32), "mean"),
+              self.const(self.rng.uniform(0.5, 1.5, cout).astype(np.float32), "var")]
+        y = self.op("BatchNormalization", [y] + bn, epsilon=1e-5)
+        if act == "relu":
+            y = self.op("Relu", [y])
+        elif act == "relu6":
+            y = self.op("Clip", [y, self.const(np.float32(0)), self.const(np.float32(6))])
+        return y
+
+    def linear(self, x, din, dout):
+        y = self.op("MatMul", [x, self.weight((din, dout))])
+        return self.op("Add", [y, self.const(np.zeros(dout, np.float32) +
+                                             self.rng.normal(0, 0.02, dout).astype(np.float32))])
+
+    def layer_norm(self, x, d):
+        return self.op("LayerNormalization", [x, self.const(np.ones(d, np.float32)),
+                                              self.const(np.zeros(d, np.float32))],
+                       axis=-1, epsilon=1e-5)
+
+    def gelu_erf(self, x):                      # as torch exports nn.GELU()
+        h = self.op("Div", [x, self.const(np.float32(np.sqrt(2.0)))])
+        h = self.op("Add", [self.op("Erf", [h]), self.const(np.float32(1.0))])
+        return self.op("Mul", [self.op("Mul", [x, h]), self.const(np.float32(0.5))])
+
+    def gelu_tanh(self, x):                     # GPT-2's gelu_new
+        cube = self.op("Pow", [x, self.const(np.float32(3.0))])
+        inner = self.op("Add", [x, self.op("Mul", [cube, self.const(np.float32(0.044715))])])
+        inner = self.op("Mul", [inner, self.const(np.float32(np.sqrt(2 / np.pi)))])
+        t = self.op("Add", [self.op("Tanh", [inner]), self.const(np.float32(1.0))])
+        return self.op("Mul", [self.op("Mul", [x, t]), self.const(np.float32(0.5))])
+
+    def heads(self, x, batch_dims, seq, heads, dh):
+        """[B,S,H*D] -> [B,H,S,D] through a Shape -> Gather -> Concat -> Reshape chain."""
+        shape = self.op("Shape", [x])
+        b = self.op("Gather", [shape, self.const(np.array([0], np.int64))], axis=0)
+        s = self.op("Gather", [shape, self.const(np.array([1], np.int64))], axis=0)
+        target = self.op("Concat", [b, s, self.const(np.array([heads, dh], np.int64))], axis=0)
+        return self.op("Transpose", [self.op("Reshape", [x, target])], perm=[0, 2, 1, 3])
+
+    def merge(self, x, hidden):
+        x = self.op("Transpose", [x], perm=[0, 2, 1, 3])
+        return self.op("Reshape", [x, self.const(np.array([0, 0, hidden], np.int64))])
+
+    def attention(self, x, hidden, heads, seq, mask_add):
+        dh = hidden // heads
+        qkv = self.linear(x, hidden, 3 * hidden)
+        q, k, v = self.op("Split", [qkv, self.const(np.array([hidden] * 3, np.int64))],
+                          n_out=3, axis=-1)
+        q, k, v = (self.heads(t, 2, seq, heads, dh) for t in (q, k, v))
+        scores = self.op("MatMul", [q, self.op("Transpose", [k], perm=[0, 1, 3, 2])])
+        scores = self.op("Div", [scores, self.const(np.float32(np.sqrt(dh)))])
+        scores = self.op("Add", [scores, mask_add])
+        probs = self.op("Softmax", [scores], axis=-1)
+        ctx = self.merge(self.op("MatMul", [probs, v]), hidden)
+        return self.linear(ctx, hidden, hidden)
+
+
+def resnet(batch: int, width: int = 32, size: int = 32, classes: int = 10):
+    b = _Builder(1)
+    x = "image"
+    h = b.conv_bn(x, 3, width, 3)
+    cin = width
+    for cout, stride in ((width, 1), (width, 1), (2 * width, 2), (2 * width, 1)):
+        y = b.conv_bn(h, cin, cout, 3, stride)
+        y = b.conv_bn(y, cout, cout, 3, 1, act=None)
+        skip = h if (cin == cout and stride == 1) else b.conv_bn(h, cin, cout, 1, stride, act=None)
+        h = b.op("Relu", [b.op("Add", [y, skip])])
+        cin = cout
+    h = b.op("Flatten", [b.op("GlobalAveragePool", [h])], axis=1)
+    logits = b.op("Gemm", [h, b.weight((classes, cin)), b.const(np.zeros(classes, np.float32))],
+                  transB=1)
+    b.nodes[-1].output[0] = "logits"
+    m = b.model("resnet", [helper.make_tensor_value_info(x, TensorProto.FLOAT,
+                                                         [batch, 3, size, size])],
+                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])])
+    return m, lambda rng: {x: rng.normal(size=(batch, 3, size, size)).astype(np.float32)}
+
+
+def mobilenet(batch: int, width: int = 32, size: int = 64, classes: int = 10):
+    b = _Builder(2)
+    x = "image"
+    h = b.conv_bn(x, 3, width, 3, 2, act="relu6")
+    c = width
+    for cout, stride in ((2 * width, 1), (4 * width, 2), (4 * width, 1), (8 * width, 2)):
+        h = b.conv_bn(h, c, c, 3, stride, group=c, act="relu6")        # depthwise
+        h = b.conv_bn(h, c, cout, 1, act="relu6")                      # pointwise
+        c = cout
+    h = b.op("Flatten", [b.op("GlobalAveragePool", [h])], axis=1)
+    logits = b.op("Gemm", [h, b.weight((classes, c)), b.const(np.zeros(classes, np.float32))],
+                  transB=1)
+    b.nodes[-1].output[0] = "logits"
+    m = b.model("mobilenet", [helper.make_tensor_value_info(x, TensorProto.FLOAT,
+                                                            [batch, 3, size, size])],
+                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])])
+    return m, lambda rng: {x: rng.normal(size=(batch, 3, size, size)).astype(np.float32)}
+
+
+def bert(batch: int, seq: int = 64, hidden: int = 128, heads: int = 4, layers: int = 2,
+         vocab: int = 1000):
+    b = _Builder(3)
+    ids, mask = "input_ids", "attention_mask"
+    emb = b.op("Gather", [b.weight((vocab, hidden), 0.02), ids], axis=0)
+    pos = b.op("Gather", [b.weight((seq, hidden), 0.02), b.const(np.arange(seq, dtype=np.int64))],
+               axis=0)
+    h = b.layer_norm(b.op("Add", [emb, pos]), hidden)
+    m = b.op("Cast", [b.op("Unsqueeze", [mask, b.const(np.array([1, 2], np.int64))])],
+             to=TensorProto.FLOAT)
+    mask_add = b.op("Mul", [b.op("Sub", [b.const(np.float32(1.0)), m]),
+                            b.const(np.float32(-10000.0))])
+    for _ in range(layers):
+        h = b.layer_norm(b.op("Add", [h, b.attention(h, hidden, heads, seq, mask_add)]), hidden)
+        f = b.linear(b.gelu_erf(b.linear(h, hidden, 4 * hidden)), 4 * hidden, hidden)
+        h = b.layer_norm(b.op("Add", [h, f]), hidden)
+    b.nodes[-1].output[0] = "last_hidden_state"
+    m = b.model("bert", [helper.make_tensor_value_info(ids, TensorProto.INT64, [batch, seq]),
+                         helper.make_tensor_value_info(mask, TensorProto.INT64, [batch, seq])],
+                [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
+                                               [batch, seq, hidden])])
+
+    def feeds(rng):
+        lengths = rng.integers(seq // 2, seq + 1, batch)
+        return {ids: rng.integers(0, vocab, (batch, seq)).astype(np.int64),
+                mask: (np.arange(seq)[None, :] < lengths[:, None]).astype(np.int64)}
+    return m, feeds
+
+
+def gpt(batch: int, seq: int = 64, hidden: int = 128, heads: int = 4, layers: int = 2,
+        vocab: int = 1000):
+    b = _Builder(4)
+    ids = "input_ids"
+    emb = b.op("Gather", [b.weight((vocab, hidden), 0.02), ids], axis=0)
+    pos = b.op("Gather", [b.weight((seq, hidden), 0.02), b.const(np.arange(seq, dtype=np.int64))],
+               axis=0)
+    h = b.op("Add", [emb, pos])
+    causal = np.triu(np.full((seq, seq), -1e9, np.float32), 1)[None, None]
+    mask_add = b.const(causal, "causal_mask")
+    for _ in range(layers):
+        h = b.op("Add", [h, b.attention(b.layer_norm(h, hidden), hidden, heads, seq, mask_add)])
+        f = b.linear(b.gelu_tanh(b.linear(b.layer_norm(h, hidden), hidden, 4 * hidden)),
+                     4 * hidden, hidden)
+        h = b.op("Add", [h, f])
+    logits = b.op("MatMul", [b.layer_norm(h, hidden), b.weight((hidden, vocab))])
+    b.nodes[-1].output[0] = "logits"
+    m = b.model("gpt", [helper.make_tensor_value_info(ids, TensorProto.INT64, [batch, seq])],
+                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, seq, vocab])])
+    return m, lambda rng: {ids: rng.integers(0, vocab, (batch, seq)).astype(np.int64)}
+
+
+MODELS = {"resnet": resnet, "mobilenet": mobilenet, "bert": bert, "gpt": gpt}

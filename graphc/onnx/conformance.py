@@ -1,0 +1,158 @@
+"""The ONNX node conformance cases (onnx.backend.test.case.node.collect_testcases()) run
+through graphc.onnx.backend: `run()` gives one Result per case, `python -m
+graphc.onnx.conformance` prints the summary and the per-op table the README carries.
+
+A case passes when every output has the expected shape and dtype and matches within the
+case's rtol/atol. 16-bit float outputs are compared at max(rtol, 2 ulps of their dtype):
+graphc computes composite ops (Softmax, LayerNormalization, Gelu...) on float16/bfloat16
+in float32 and rounds once, where the reference rounds after each step.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import sys
+import time
+import warnings
+
+import numpy as np
+
+from graphc_runtime.errors import GraphcError
+
+from .errors import UnsupportedError
+
+PASS, WRONG, UNSUPPORTED, ERROR = "pass", "wrong", "unsupported", "error"
+
+
+@dataclasses.dataclass
+class Result:
+    name: str
+    op: str
+    status: str
+    detail: str = ""
+
+
+def cases():
+    from onnx.backend.test.case.node import collect_testcases
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return collect_testcases()
+        except TypeError:                   # onnx < 1.19 wants an op filter (None: all)
+            return collect_testcases(None)
+
+
+def op_of(case) -> str:
+    """The op a case tests: the (first non-Constant) node of its graph."""
+    nodes = [n.op_type for n in case.model.graph.node]
+    rest = [n for n in nodes if n != "Constant"]
+    return (rest or nodes or ["?"])[0]
+
+
+def _close(got, expected, rtol, atol) -> str:
+    """'' when `got` matches, else what differs."""
+    from .backend import _array
+    e = _array(expected)
+    g = np.asarray(got)
+    if e.dtype == np.uint16 and g.dtype.name == "bfloat16":
+        e = e.view(g.dtype)                   # onnx < 1.19 keeps bfloat16 bits as uint16
+    if g.shape != e.shape:
+        return f"shape {g.shape} != {e.shape}"
+    if g.dtype != e.dtype:
+        return f"dtype {g.dtype} != {e.dtype}"
+    if e.dtype.name in ("float16", "bfloat16"):
+        rtol = max(rtol, 2 * float(np.finfo(e.dtype).eps))
+    gf = g.astype(np.float64) if e.dtype.kind not in "bSUO" else g
+    ef = e.astype(np.float64) if e.dtype.kind not in "bSUO" else e
+    if e.dtype.kind in "bSUO" or e.dtype.kind in "iu":
+        ok = np.array_equal(g, e)
+    else:
+        ok = np.allclose(gf, ef, rtol=rtol, atol=atol, equal_nan=True)
+    if ok:
+        return ""
+    diff = np.abs(gf - ef) if e.dtype.kind not in "bSUO" else None
+    return "values differ" + (f" (max abs {np.nanmax(diff):.3g})" if diff is not None and
+                              diff.size else "")
+
+
+def run_case(case, **options) -> Result:
+    from . import backend
+    op = op_of(case)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rep = backend.prepare(case.model, **options)
+            for inputs, expected in case.data_sets:
+                got = rep.run(inputs)
+                if len(got) != len(expected):
+                    return Result(case.name, op, WRONG, f"{len(got)} outputs, expected "
+                                  f"{len(expected)}")
+                for k, (g, e) in enumerate(zip(got, expected)):
+                    why = _close(g, e, case.rtol, case.atol)
+                    if why:
+                        return Result(case.name, op, WRONG, f"output {k}: {why}")
+    except UnsupportedError as e:
+        return Result(case.name, op, UNSUPPORTED, str(e))
+    except GraphcError as e:
+        return Result(case.name, op, ERROR, f"{type(e).__name__}: {e}")
+    except Exception as e:                   # noqa: BLE001 - a crash is what we report
+        return Result(case.name, op, ERROR, f"{type(e).__name__}: {e}")
+    return Result(case.name, op, PASS)
+
+
+def run(selected=None, **options) -> list[Result]:
+    options.setdefault("opt_level", 0)       # small graphs: compile time dominates
+    return [run_case(c, **options) for c in (selected if selected is not None else cases())]
+
+
+def table(results) -> str:
+    """Markdown: one row per op (cases, passed, refused), then the refusal reasons."""
+    per_op = collections.defaultdict(collections.Counter)
+    for r in results:
+        per_op[r.op][r.status] += 1
+    lines = ["| op | cases | passed | refused |", "| --- | ---: | ---: | ---: |"]
+    for op in sorted(per_op):
+        c = per_op[op]
+        lines.append(f"| {op} | {sum(c.values())} | {c[PASS]} | {c[UNSUPPORTED]} |")
+    return "\n".join(lines)
+
+
+def reasons(results, top: int = 25) -> list[tuple[str, int]]:
+    """The commonest refusal reasons, each with its count."""
+    counts = collections.Counter()
+    for r in results:
+        if r.status == UNSUPPORTED:
+            counts[_reason(r.detail)] += 1
+    return counts.most_common(top)
+
+
+def _reason(detail: str) -> str:
+    import re
+    text = detail.split("): ", 1)[-1] if "): " in detail else detail
+    text = re.sub(r"^input '[^']*': ", "", text)
+    if text == "this op is not supported":
+        return "op not converted: " + detail.split("(")[1].split(",")[0]
+    return re.sub(r"\(graphc computes in .*\)", "", text).strip()
+
+
+def main(argv=None) -> int:
+    t0 = time.time()
+    results = run()
+    counts = collections.Counter(r.status for r in results)
+    total = len(results)
+    print(f"{total} cases in {time.time() - t0:.0f} s: {counts[PASS]} passed "
+          f"({100 * counts[PASS] / max(total, 1):.1f}%), {counts[UNSUPPORTED]} refused, "
+          f"{counts[WRONG]} wrong, {counts[ERROR]} errors")
+    for r in results:
+        if r.status in (WRONG, ERROR):
+            print(f"  {r.status}: {r.name}: {r.detail[:200]}")
+    if "--table" in (argv if argv is not None else sys.argv[1:]):
+        print(table(results))
+        print()
+        for why, n in reasons(results, 60):
+            print(f"- {n} {why}")
+    return 0 if not counts[WRONG] and not counts[ERROR] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

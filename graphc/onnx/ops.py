@@ -1,0 +1,817 @@
+"""One converter per ONNX op: (ctx, operands, attributes) -> output value(s).
+
+Operands are graphc Tensors, numpy arrays (values known at import) or None (an omitted
+optional input). Semantics follow the ONNX operator specs per opset (e.g. Softmax before
+and after 13, Reduce*/Squeeze/Split axes as attributes or inputs, Slice's clamping).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import graphc as gc
+
+from .dtypes import DTYPES, dtype_of
+
+CONVERTERS: dict = {}
+INT64 = "int64"
+
+
+def op(*names):
+    def register(fn):
+        for n in names:
+            CONVERTERS[n] = fn
+        return fn
+    return register
+
+
+def _ints(v):
+    return [int(x) for x in np.asarray(v).reshape(-1)]
+
+
+def _norm_axes(axes, ndim):
+    return sorted({a + ndim if a < 0 else a for a in axes})
+
+
+def _scalar(ctx, value, like):
+    return ctx.tensor(np.asarray(value), like.dtype)
+
+
+# -- elementwise ----------------------------------------------------------------------------
+
+def _unary(fn):
+    return lambda ctx, a, at: fn(ctx.tensor(a[0]))
+
+
+for _name, _fn in {"Abs": gc.abs, "Neg": gc.negative, "Exp": gc.exp, "Log": gc.log,
+                   "Sqrt": gc.sqrt, "Tanh": gc.tanh, "Sigmoid": gc.sigmoid, "Relu": gc.relu,
+                   "Erf": gc.erf, "Sin": gc.sin, "Cos": gc.cos, "Floor": gc.floor,
+                   "Ceil": gc.ceil, "Round": gc.round, "Sign": gc.sign,
+                   "Not": gc.logical_not, "IsNaN": gc.isnan}.items():
+    CONVERTERS[_name] = _unary(_fn)
+
+
+@op("Reciprocal")
+def _reciprocal(ctx, a, at):
+    x = ctx.tensor(a[0])
+    return _scalar(ctx, 1, x) / x
+
+
+@op("Tan")
+def _tan(ctx, a, at):
+    x = ctx.tensor(a[0])
+    return gc.sin(x) / gc.cos(x)
+
+
+@op("IsInf")
+def _isinf(ctx, a, at):
+    x = ctx.tensor(a[0])
+    pos = x == _scalar(ctx, np.inf, x)
+    neg = x == _scalar(ctx, -np.inf, x)
+    if not at.get("detect_positive", 1):
+        return neg
+    if not at.get("detect_negative", 1):
+        return pos
+    return gc.logical_or(pos, neg)
+
+
+@op("LeakyRelu")
+def _leaky(ctx, a, at):
+    x = ctx.tensor(a[0])
+    return gc.where(x >= 0, x, x * _scalar(ctx, at.get("alpha", 0.01), x))
+
+
+@op("PRelu")
+def _prelu(ctx, a, at):
+    x, slope = ctx.tensor(a[0]), ctx.tensor(a[1], None)
+    return gc.where(x >= 0, x, x * gc.cast(slope, x.dtype))
+
+
+@op("Elu")
+def _elu(ctx, a, at):
+    x = ctx.tensor(a[0])
+    alpha = _scalar(ctx, at.get("alpha", 1.0), x)
+    return gc.where(x >= 0, x, alpha * (gc.exp(x) - _scalar(ctx, 1, x)))
+
+
+@op("Celu")
+def _celu(ctx, a, at):
+    x = ctx.tensor(a[0])
+    alpha = _scalar(ctx, at.get("alpha", 1.0), x)
+    zero = _scalar(ctx, 0, x)
+    return gc.maximum(zero, x) + gc.minimum(zero, alpha * (gc.exp(x / alpha) -
+                                                          _scalar(ctx, 1, x)))
+
+
+@op("Selu")
+def _selu(ctx, a, at):
+    x = ctx.tensor(a[0])
+    alpha = _scalar(ctx, at.get("alpha", 1.67326319217681884765625), x)
+    gamma = _scalar(ctx, at.get("gamma", 1.05070102214813232421875), x)
+    return gamma * gc.where(x > 0, x, alpha * gc.exp(x) - alpha)
+
+
+@op("ThresholdedRelu")
+def _trelu(ctx, a, at):
+    x = ctx.tensor(a[0])
+    return gc.where(x > _scalar(ctx, at.get("alpha", 1.0), x), x, _scalar(ctx, 0, x))
+
+
+@op("HardSigmoid")
+def _hsig(ctx, a, at):
+    x = ctx.tensor(a[0])
+    y = x * _scalar(ctx, at.get("alpha", 0.2), x) + _scalar(ctx, at.get("beta", 0.5), x)
+    return gc.clip(y, _scalar(ctx, 0, x), _scalar(ctx, 1, x))
+
+
+@op("HardSwish")
+def _hswish(ctx, a, at):
+    x = ctx.tensor(a[0])
+    y = x * _scalar(ctx, 1 / 6, x) + _scalar(ctx, 0.5, x)
+    return x * gc.clip(y, _scalar(ctx, 0, x), _scalar(ctx, 1, x))
+
+
+@op("Softplus")
+def _softplus(ctx, a, at):
+    x = ctx.tensor(a[0])
+    zero = _scalar(ctx, 0, x)
+    return gc.maximum(x, zero) + gc.log(_scalar(ctx, 1, x) + gc.exp(-gc.abs(x)))
+
+
+@op("Softsign")
+def _softsign(ctx, a, at):
+    x = ctx.tensor(a[0])
+    return x / (_scalar(ctx, 1, x) + gc.abs(x))
+
+
+@op("Mish")
+def _mish(ctx, a, at):
+    return ctx.tensor(a[0]) * gc.tanh(_softplus(ctx, a, at))
+
+
+@op("Gelu")
+def _gelu(ctx, a, at):
+    return gc.gelu(ctx.tensor(a[0]), approximate=at.get("approximate", "none") == "tanh")
+
+
+def _binary(fn):
+    def convert(ctx, a, at):
+        x, y = ctx.tensor(a[0]), ctx.tensor(a[1])
+        return fn(x, y)
+    return convert
+
+
+for _name, _fn in {"Add": gc.add, "Sub": gc.subtract, "Mul": gc.multiply,
+                   "Equal": gc.equal, "Less": gc.less, "Greater": gc.greater,
+                   "LessOrEqual": gc.less_equal, "GreaterOrEqual": gc.greater_equal,
+                   "And": gc.logical_and, "Or": gc.logical_or, "Xor": gc.logical_xor,
+                   "BitwiseAnd": gc.bitwise_and, "BitwiseOr": gc.bitwise_or,
+                   "BitwiseXor": gc.bitwise_xor}.items():
+    CONVERTERS[_name] = _binary(_fn)
+
+
+@op("Div")
+def _div(ctx, a, at):
+    x, y = ctx.tensor(a[0]), ctx.tensor(a[1])
+    if x.dtype.startswith("int") and y.dtype.startswith("int"):   # truncates toward zero
+        q = gc.floor_divide(x, y)
+        inexact = gc.logical_and(q * y != x, (x < 0) != (y < 0))
+        return gc.where(inexact, q + _scalar(ctx, 1, q), q)
+    return x / y
+
+
+@op("Pow")
+def _pow(ctx, a, at):
+    x, y = ctx.tensor(a[0]), ctx.tensor(a[1])
+    out = gc.power(gc.cast(x, "float64") if x.dtype.startswith("int") else x,
+                   gc.cast(y, x.dtype if not x.dtype.startswith("int") else "float64"))
+    return gc.cast(out, x.dtype)
+
+
+@op("Mod")
+def _mod(ctx, a, at):
+    x, y = ctx.tensor(a[0]), ctx.tensor(a[1])
+    r = gc.mod(x, y)                                   # numpy: the sign of y
+    if not at.get("fmod", 0):
+        return r
+    zero = _scalar(ctx, 0, r)                          # C fmod: the sign of x
+    wrong = gc.logical_and(r != zero, (r < zero) != (x < _scalar(ctx, 0, x)))
+    return gc.where(wrong, r - y, r)
+
+
+def _variadic(fn):
+    def convert(ctx, a, at):
+        ts = [ctx.tensor(v) for v in a if v is not None]
+        out = ts[0]
+        for t in ts[1:]:
+            out = fn(out, t)
+        return out
+    return convert
+
+
+CONVERTERS["Max"] = _variadic(gc.maximum)
+CONVERTERS["Min"] = _variadic(gc.minimum)
+CONVERTERS["Sum"] = _variadic(gc.add)
+
+
+@op("Mean")
+def _mean(ctx, a, at):
+    total = _variadic(gc.add)(ctx, a, at)
+    return total / _scalar(ctx, len([v for v in a if v is not None]), total)
+
+
+@op("Where")
+def _where(ctx, a, at):
+    return gc.where(ctx.tensor(a[0]), ctx.tensor(a[1]), ctx.tensor(a[2]))
+
+
+@op("Clip")
+def _clip(ctx, a, at):
+    x = ctx.tensor(a[0])
+    if ctx.opset < 11:
+        lo, hi = at.get("min"), at.get("max")
+    else:
+        lo = a[1] if len(a) > 1 else None
+        hi = a[2] if len(a) > 2 else None
+    out = x
+    if lo is not None:
+        out = gc.maximum(out, ctx.tensor(lo, x.dtype).reshape(()))
+    if hi is not None:
+        out = gc.minimum(out, ctx.tensor(hi, x.dtype).reshape(()))
+    return out
+
+
+@op("Cast")
+def _cast(ctx, a, at):
+    to = dtype_of(at["to"], f"{ctx.where()} attribute to")
+    if not isinstance(a[0], gc.Tensor):
+        return np.asarray(a[0]).astype(gc.ir.dtypes.to_numpy(to))
+    return gc.cast(a[0], to)
+
+
+@op("CastLike")
+def _castlike(ctx, a, at):
+    to = a[1].dtype if isinstance(a[1], gc.Tensor) else gc.ir.dtypes.canonical(
+        np.asarray(a[1]).dtype)
+    if not isinstance(a[0], gc.Tensor):
+        return np.asarray(a[0]).astype(gc.ir.dtypes.to_numpy(to))
+    return gc.cast(a[0], to)
+
+
+@op("Identity")
+def _identity(ctx, a, at):
+    return a[0]
+
+
+@op("Dropout")
+def _dropout(ctx, a, at):
+    training = a[2] if len(a) > 2 else None
+    if training is not None and bool(ctx.static(training, "training_mode")):
+        raise ctx.unsupported("training_mode=1 (random dropout) is not supported")
+    x = a[0]
+    mask = ctx.tensor(np.ones(np.shape(x) if not isinstance(x, gc.Tensor) else x.shape, bool))
+    return [x, mask]
+
+
+# -- creation and shapes --------------------------------------------------------------------
+
+@op("Constant")
+def _constant(ctx, a, at):
+    for key in ("value", "value_float", "value_floats", "value_int", "value_ints"):
+        if key in at:
+            v = at[key]
+            if key.startswith("value_float"):
+                return np.asarray(v, np.float32)
+            if key.startswith("value_int"):
+                return np.asarray(v, np.int64)
+            return np.asarray(v)
+    raise ctx.unsupported(f"attribute {sorted(at)} (sparse or string constants)")
+
+
+@op("ConstantOfShape")
+def _constant_of_shape(ctx, a, at):
+    shape = _ints(ctx.static(a[0], "the shape"))
+    value = at.get("value", np.zeros(1, np.float32))
+    return np.full(shape, np.asarray(value).reshape(-1)[0], dtype=np.asarray(value).dtype)
+
+
+@op("Shape")
+def _shape(ctx, a, at):
+    shape = np.asarray(np.shape(a[0]) if not isinstance(a[0], gc.Tensor) else a[0].shape,
+                       np.int64)
+    n = len(shape)
+    start, end = at.get("start", 0), at.get("end", n)
+    return shape[slice(start, end)]
+
+
+@op("Size")
+def _size(ctx, a, at):
+    return np.asarray(int(np.prod(a[0].shape if isinstance(a[0], gc.Tensor)
+                                  else np.shape(a[0]))), np.int64)
+
+
+@op("Range")
+def _range(ctx, a, at):
+    start, limit, delta = (ctx.static(v, "Range's operands") for v in a[:3])
+    return np.arange(start, limit, delta, dtype=np.asarray(start).dtype)
+
+
+@op("Reshape")
+def _reshape(ctx, a, at):
+    x = a[0]
+    shape = _ints(at["shape"]) if ctx.opset < 5 else _ints(ctx.static(a[1], "the shape"))
+    src = list(x.shape if isinstance(x, gc.Tensor) else np.shape(x))
+    if not at.get("allowzero", 0):
+        shape = [src[k] if d == 0 else d for k, d in enumerate(shape)]
+    if isinstance(x, gc.Tensor):
+        return gc.reshape(x, tuple(shape))
+    return np.reshape(x, shape)
+
+
+@op("Flatten")
+def _flatten(ctx, a, at):
+    x = ctx.tensor(a[0])
+    axis = at.get("axis", 1)
+    axis = axis + x.ndim if axis < 0 else axis
+    head = int(np.prod(x.shape[:axis])) if axis else 1
+    return gc.reshape(x, (head, -1 if x.size else 0) if head else (0, int(np.prod(x.shape[axis:]))))
+
+
+@op("Transpose")
+def _transpose(ctx, a, at):
+    x = a[0]
+    ndim = x.ndim if isinstance(x, gc.Tensor) else np.ndim(x)
+    perm = at.get("perm", list(range(ndim))[::-1])
+    return gc.transpose(x, tuple(perm)) if isinstance(x, gc.Tensor) else np.transpose(x, perm)
+
+
+def _axes_operand(ctx, a, at, since: int, index: int = 1):
+    if ctx.opset >= since:
+        v = a[index] if len(a) > index else None
+        return None if v is None else _ints(ctx.static(v, "axes"))
+    return at.get("axes")
+
+
+@op("Squeeze")
+def _squeeze(ctx, a, at):
+    x = a[0]
+    axes = _axes_operand(ctx, a, at, 13)
+    if not isinstance(x, gc.Tensor):
+        return np.squeeze(x, axis=tuple(axes) if axes is not None else None)
+    return gc.squeeze(x, tuple(axes) if axes is not None else None)
+
+
+@op("Unsqueeze")
+def _unsqueeze(ctx, a, at):
+    x = a[0]
+    axes = _axes_operand(ctx, a, at, 13)
+    ndim = (x.ndim if isinstance(x, gc.Tensor) else np.ndim(x)) + len(axes)
+    shape = list(x.shape if isinstance(x, gc.Tensor) else np.shape(x))
+    for ax in _norm_axes(axes, ndim):
+        shape.insert(ax, 1)
+    return gc.reshape(x, tuple(shape)) if isinstance(x, gc.Tensor) else np.reshape(x, shape)
+
+
+@op("Concat")
+def _concat(ctx, a, at):
+    vals = [v for v in a if v is not None]
+    if all(not isinstance(v, gc.Tensor) for v in vals):
+        return np.concatenate([np.asarray(v) for v in vals], axis=at["axis"])
+    vals = [ctx.tensor(v) for v in vals]
+    vals = [v for v in vals if v.size or len(vals) == 1]
+    return gc.concatenate(vals, axis=at["axis"])
+
+
+@op("Split")
+def _split(ctx, a, at):
+    x = ctx.tensor(a[0])
+    axis = at.get("axis", 0)
+    axis = axis + x.ndim if axis < 0 else axis
+    n = len(ctx.node.output)
+    if ctx.opset >= 13:
+        sizes = a[1] if len(a) > 1 else None
+        sizes = None if sizes is None else _ints(ctx.static(sizes, "split"))
+    else:
+        sizes = at.get("split")
+    if sizes is None:
+        count = at.get("num_outputs", n)
+        step = -(-x.shape[axis] // count)
+        sizes = [min(step, x.shape[axis] - k * step) for k in range(count)]
+    outs, start = [], 0
+    for s in sizes:
+        key = [slice(None)] * x.ndim
+        key[axis] = slice(start, start + s)
+        outs.append(x[tuple(key)])
+        start += s
+    return outs
+
+
+@op("Slice")
+def _slice(ctx, a, at):
+    x = a[0]
+    shape = x.shape if isinstance(x, gc.Tensor) else np.shape(x)
+    if ctx.opset < 10:
+        starts, ends = at["starts"], at["ends"]
+        axes, steps = at.get("axes"), None
+    else:
+        starts = _ints(ctx.static(a[1], "starts"))
+        ends = _ints(ctx.static(a[2], "ends"))
+        axes = _ints(ctx.static(a[3], "axes")) if len(a) > 3 and a[3] is not None else None
+        steps = _ints(ctx.static(a[4], "steps")) if len(a) > 4 and a[4] is not None else None
+    axes = axes if axes is not None else list(range(len(starts)))
+    steps = steps or [1] * len(starts)
+    key = [slice(None)] * len(shape)
+    big = 1 << 62
+    for s, e, ax, st in zip(starts, ends, axes, steps):
+        ax = ax + len(shape) if ax < 0 else ax
+        s = max(min(s, big), -big)
+        e = max(min(e, big), -big)
+        key[ax] = slice(s, e, st)
+    if not isinstance(x, gc.Tensor):
+        return np.asarray(x)[tuple(key)]
+    return _strided(x, key)
+
+
+def _strided(x, key):
+    """x[key] with numpy's clamping, negative steps through a reversal."""
+    out = x
+    for ax, k in enumerate(key):
+        if k == slice(None):
+            continue
+        start, stop, step = k.indices(out.shape[ax])
+        if step < 0:
+            n = out.shape[ax]
+            out = gc.flip(out, ax)                       # position p -> n - 1 - p
+            start, stop, step = n - 1 - start, n - 1 - stop, -step
+        sel = [slice(None)] * out.ndim
+        sel[ax] = slice(start, max(stop, start), step)
+        out = out[tuple(sel)]
+    return out
+
+
+@op("Expand")
+def _expand(ctx, a, at):
+    x = ctx.tensor(a[0])
+    shape = np.broadcast_shapes(x.shape, tuple(_ints(ctx.static(a[1], "the shape"))))
+    return gc.broadcast_to(x, shape)
+
+
+@op("Tile")
+def _tile(ctx, a, at):
+    x = ctx.tensor(a[0])
+    reps = _ints(ctx.static(a[1], "repeats"))
+    for ax, r in enumerate(reps):
+        if r != 1:
+            x = gc.concatenate([x] * r, axis=ax) if r else x[(slice(None),) * ax + (slice(0, 0),)]
+    return x
+
+
+@op("Gather")
+def _gather(ctx, a, at):
+    x = a[0]
+    axis = at.get("axis", 0)
+    if not isinstance(x, gc.Tensor) and not isinstance(a[1], gc.Tensor):
+        return np.take(np.asarray(x), np.asarray(a[1]), axis=axis)
+    x = ctx.tensor(x)
+    axis = axis + x.ndim if axis < 0 else axis
+    idx = a[1]
+    n = x.shape[axis]
+    if isinstance(idx, gc.Tensor):
+        idx = gc.where(idx < 0, idx + _scalar(ctx, n, idx), idx)
+    else:
+        idx = np.where(np.asarray(idx) < 0, np.asarray(idx) + n, np.asarray(idx))
+        idx = ctx.tensor(idx.astype(np.int32 if n < (1 << 31) else np.int64))
+    return gc.take(x, idx, axis=axis)
+
+
+@op("Pad")
+def _pad(ctx, a, at):
+    x = ctx.tensor(a[0])
+    mode = at.get("mode", "constant")
+    if mode != "constant":
+        raise ctx.unsupported(f"mode {mode!r} (only 'constant' is supported)")
+    if ctx.opset < 11:
+        pads, value = list(at.get("pads", at.get("paddings"))), at.get("value", 0.0)
+        axes = None
+    else:
+        pads = _ints(ctx.static(a[1], "pads"))
+        value = ctx.static(a[2], "constant_value") if len(a) > 2 and a[2] is not None else 0
+        value = np.asarray(value).reshape(-1)[0] if np.size(value) else 0
+        axes = _ints(ctx.static(a[3], "axes")) if len(a) > 3 and a[3] is not None else None
+    axes = _norm_axes(axes, x.ndim) if axes is not None else list(range(x.ndim))
+    half = len(pads) // 2
+    low, high = [0] * x.ndim, [0] * x.ndim
+    for k, ax in enumerate(axes):
+        low[ax], high[ax] = pads[k], pads[k + half]
+    crop = [slice(max(-lo, 0), x.shape[ax] - max(-hi, 0)) for ax, (lo, hi) in
+            enumerate(zip(low, high))]
+    if any(v < 0 for v in low + high):
+        x = x[tuple(crop)]
+    return gc.pad(x, [(max(lo, 0), max(hi, 0)) for lo, hi in zip(low, high)],
+                  constant_values=value)
+
+
+# -- reductions -----------------------------------------------------------------------------
+
+def _reduce(fn, since_input: int, empty):
+    """A Reduce* converter; `empty` is the result over an empty set ("low"/"high": the
+    dtype's -inf/+inf, or its lowest/highest value where it has no infinity)."""
+    def convert(ctx, a, at):
+        x = ctx.tensor(a[0])
+        axes = _axes_operand(ctx, a, at, since_input)
+        keep = bool(at.get("keepdims", 1))
+        if not axes:
+            if at.get("noop_with_empty_axes", 0):
+                return x
+            axes = list(range(x.ndim))
+        axes = tuple(_norm_axes(axes, x.ndim))
+        if any(x.shape[ax] == 0 for ax in axes):
+            shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape) if keep or
+                          d not in axes)
+            return np.full(shape, _identity(empty, x.dtype), gc.ir.dtypes.to_numpy(x.dtype))
+        return fn(x, axes, keep)
+    return convert
+
+
+def _identity(empty, dtype: str):
+    if empty not in ("low", "high"):
+        return empty
+    npd = gc.ir.dtypes.to_numpy(dtype)
+    if dtype == "bool":
+        return empty == "high"
+    if npd.kind == "f":
+        return -np.inf if empty == "low" else np.inf
+    info = np.iinfo(npd)
+    return info.min if empty == "low" else info.max
+
+
+def _sum_square(x, axes, keep):
+    return gc.sum(x * x, axes, keep)
+
+
+def _log_sum(x, axes, keep):
+    return gc.log(gc.sum(x, axes, keep))
+
+
+def _log_sum_exp(x, axes, keep):
+    return gc.logsumexp(x, axes, keep)
+
+
+def _l1(x, axes, keep):
+    return gc.sum(gc.abs(x), axes, keep)
+
+
+def _l2(x, axes, keep):
+    return gc.sqrt(gc.sum(x * x, axes, keep))
+
+
+CONVERTERS["ReduceSum"] = _reduce(gc.sum, 13, 0)
+CONVERTERS["ReduceMean"] = _reduce(gc.mean, 18, np.nan)
+CONVERTERS["ReduceMax"] = _reduce(gc.max, 18, "low")
+CONVERTERS["ReduceMin"] = _reduce(gc.min, 18, "high")
+CONVERTERS["ReduceProd"] = _reduce(gc.prod, 18, 1)
+CONVERTERS["ReduceSumSquare"] = _reduce(_sum_square, 18, 0)
+CONVERTERS["ReduceLogSum"] = _reduce(_log_sum, 18, -np.inf)
+CONVERTERS["ReduceLogSumExp"] = _reduce(_log_sum_exp, 18, -np.inf)
+CONVERTERS["ReduceL1"] = _reduce(_l1, 18, 0)
+CONVERTERS["ReduceL2"] = _reduce(_l2, 18, 0)
+
+
+def _arg(fn):
+    def convert(ctx, a, at):
+        x = ctx.tensor(a[0])
+        axis = at.get("axis", 0)
+        axis = axis + x.ndim if axis < 0 else axis
+        keep = bool(at.get("keepdims", 1))
+        if at.get("select_last_index", 0):
+            idx = fn(gc.flip(x, axis), axis, keep)
+            idx = _scalar(ctx, x.shape[axis] - 1, idx) - idx
+        else:
+            idx = fn(x, axis, keep)
+        return gc.cast(idx, INT64)
+    return convert
+
+
+CONVERTERS["ArgMax"] = _arg(gc.argmax)
+CONVERTERS["ArgMin"] = _arg(gc.argmin)
+
+
+def _softmax(fn):
+    def convert(ctx, a, at):
+        x = ctx.tensor(a[0])
+        if ctx.opset >= 13:
+            return fn(x, at.get("axis", -1))
+        axis = at.get("axis", 1)
+        axis = axis + x.ndim if axis < 0 else axis       # before 13: over the flattened tail
+        head = int(np.prod(x.shape[:axis]))
+        return gc.reshape(fn(gc.reshape(x, (head, -1)), -1), x.shape)
+    return convert
+
+
+CONVERTERS["Softmax"] = _softmax(gc.softmax)
+CONVERTERS["LogSoftmax"] = _softmax(gc.log_softmax)
+
+
+# -- linear algebra and neural-network layers ---------------------------------------------
+
+@op("MatMul")
+def _matmul(ctx, a, at):
+    return gc.matmul(ctx.tensor(a[0]), ctx.tensor(a[1]))
+
+
+@op("Gemm")
+def _gemm(ctx, a, at):
+    x, w = ctx.tensor(a[0]), ctx.tensor(a[1])
+    if at.get("transA", 0):
+        x = x.T
+    if at.get("transB", 0):
+        w = w.T
+    y = gc.matmul(x, w)
+    alpha, beta = at.get("alpha", 1.0), at.get("beta", 1.0)
+    if alpha != 1.0:
+        y = y * _scalar(ctx, alpha, y)
+    if len(a) > 2 and a[2] is not None:
+        c = ctx.tensor(a[2], y.dtype)
+        y = y + (c * _scalar(ctx, beta, c) if beta != 1.0 else c)
+    return y
+
+
+def _spatial(ctx, x, kernel, at, pad_value=0.0):
+    """x padded per pads / auto_pad for a window op over the last two (or one) axes;
+    returns (padded x, strides, dilations) with 1-D ops widened to 2-D."""
+    dims = x.ndim - 2
+    if dims not in (1, 2):
+        raise ctx.unsupported(f"{dims}-D windows (graphc has 1-D and 2-D)")
+    strides = list(at.get("strides", [1] * dims))
+    dil = list(at.get("dilations", [1] * dims))
+    pads = list(at.get("pads", [0] * (2 * dims)))
+    auto = at.get("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0] * (2 * dims)
+        for k in range(dims):
+            n, s = x.shape[2 + k], strides[k]
+            out = -(-n // s)
+            total = max((out - 1) * s + (kernel[k] - 1) * dil[k] + 1 - n, 0)
+            small = total // 2
+            pads[k], pads[k + dims] = (small, total - small) if auto == "SAME_UPPER" else \
+                (total - small, small)
+    elif auto == "VALID":
+        pads = [0] * (2 * dims)
+    explicit = list(pads)
+    if at.get("ceil_mode", 0):
+        for k in range(dims):
+            n = x.shape[2 + k] + pads[k] + pads[k + dims]
+            span = (kernel[k] - 1) * dil[k] + 1
+            out_floor = (n - span) // strides[k] + 1
+            out_ceil = -(-(n - span) // strides[k]) + 1
+            if (out_ceil - 1) * strides[k] >= x.shape[2 + k] + pads[k]:
+                out_ceil -= 1                            # the last window must start inside
+            pads[k + dims] += (out_ceil - out_floor) * strides[k]
+    if dims == 1:
+        x = gc.reshape(x, x.shape[:2] + (1,) + x.shape[2:])
+        strides, dil = [1] + strides, [1] + dil
+        pads, explicit = [0, pads[0], 0, pads[1]], [0, explicit[0], 0, explicit[1]]
+    if any(pads):
+        x = gc.pad(x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])],
+                   constant_values=pad_value)
+    return x, strides, dil, dims, pads, explicit
+
+
+@op("Conv")
+def _conv(ctx, a, at):
+    x, w = ctx.tensor(a[0]), ctx.tensor(a[1])
+    kernel = list(at.get("kernel_shape", w.shape[2:]))
+    x, strides, dil, dims, _, _ = _spatial(ctx, x, kernel, at)
+    if dims == 1:
+        w = gc.reshape(w, w.shape[:2] + (1,) + w.shape[2:])
+    b = ctx.tensor(a[2], x.dtype) if len(a) > 2 and a[2] is not None else None
+    y = gc.nn.conv2d(x, w, b, stride=tuple(strides), padding=0, dilation=tuple(dil),
+                     groups=at.get("group", 1))
+    return gc.reshape(y, y.shape[:2] + y.shape[3:]) if dims == 1 else y
+
+
+def _windows(ctx, x, kernel, strides, dil):
+    if any(d != 1 for d in dil):
+        raise ctx.unsupported("pooling with dilations other than 1")
+    n, c, h, w = x.shape
+    oh, ow = (h - kernel[0]) // strides[0] + 1, (w - kernel[1]) // strides[1] + 1
+    views = []
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            views.append(x[:, :, i:i + (oh - 1) * strides[0] + 1:strides[0],
+                           j:j + (ow - 1) * strides[1] + 1:strides[1]])
+    return gc.stack(views, axis=-1)
+
+
+def _pool(kind):
+    def convert(ctx, a, at):
+        x = ctx.tensor(a[0])
+        if len(ctx.node.output) > 1 and ctx.node.output[1]:
+            raise ctx.unsupported("the Indices output of MaxPool")
+        kernel = list(at["kernel_shape"])
+        fill = -np.inf if kind == "max" else 0.0
+        padded, strides, dil, dims, pads, explicit = _spatial(ctx, x, kernel, at, fill)
+        k2 = kernel if dims == 2 else [1] + kernel
+        v = _windows(ctx, padded, k2, strides, dil)
+        if kind == "max":
+            y = gc.max(v, axis=-1)
+        elif not any(pads):
+            y = gc.mean(v, axis=-1)
+        else:
+            counts = _window_counts(x.shape[2:], at, pads, explicit, k2, strides, dims)
+            y = gc.sum(v, axis=-1) / ctx.tensor(counts, v.dtype)
+        return gc.reshape(y, y.shape[:2] + y.shape[3:]) if dims == 1 else y
+    return convert
+
+
+def _window_counts(spatial, at, pads, explicit, kernel, strides, dims):
+    """How many cells each average window divides by: the input's own cells, plus the
+    explicit (or auto_pad) pads with count_include_pad; never the ceil_mode overhang."""
+    if dims == 1:
+        spatial = (1,) + tuple(spatial)
+    ones = np.ones(spatial, np.float64)
+    if at.get("count_include_pad", 0):
+        ones = np.pad(ones, [(explicit[0], explicit[2]), (explicit[1], explicit[3])],
+                      constant_values=1.0)
+        rest = [pads[i] - explicit[i] for i in range(4)]
+    else:
+        rest = pads
+    ones = np.pad(ones, [(rest[0], rest[2]), (rest[1], rest[3])])
+    oh = (ones.shape[0] - kernel[0]) // strides[0] + 1
+    ow = (ones.shape[1] - kernel[1]) // strides[1] + 1
+    counts = np.zeros((oh, ow))
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            counts += ones[i:i + (oh - 1) * strides[0] + 1:strides[0],
+                           j:j + (ow - 1) * strides[1] + 1:strides[1]]
+    return counts
+
+
+CONVERTERS["MaxPool"] = _pool("max")
+CONVERTERS["AveragePool"] = _pool("avg")
+
+
+@op("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(ctx, a, at):
+    x = ctx.tensor(a[0])
+    axes = tuple(range(2, x.ndim))
+    return gc.mean(x, axes, True) if ctx.node.op_type == "GlobalAveragePool" else \
+        gc.max(x, axes, True)
+
+
+@op("BatchNormalization")
+def _batch_norm(ctx, a, at):
+    if at.get("training_mode", 0) or (ctx.opset < 7 and not at.get("is_test", 1)):
+        raise ctx.unsupported("training mode (graphc imports BatchNormalization for "
+                              "inference)")
+    if len(ctx.node.output) > 1 and any(ctx.node.output[1:]):
+        raise ctx.unsupported("the running-statistics outputs (training mode)")
+    x = ctx.tensor(a[0])
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    scale, bias, mean, var = (gc.reshape(ctx.tensor(v, x.dtype), shape) for v in a[1:5])
+    eps = _scalar(ctx, at.get("epsilon", 1e-5), x)
+    return (x - mean) * (scale * gc.rsqrt(var + eps)) + bias
+
+
+@op("InstanceNormalization")
+def _instance_norm(ctx, a, at):
+    x = ctx.tensor(a[0])
+    axes = tuple(range(2, x.ndim))
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    mean = gc.mean(x, axes, True)
+    var = gc.mean((x - mean) * (x - mean), axes, True)
+    eps = _scalar(ctx, at.get("epsilon", 1e-5), x)
+    return (x - mean) * gc.rsqrt(var + eps) * gc.reshape(ctx.tensor(a[1], x.dtype), shape) + \
+        gc.reshape(ctx.tensor(a[2], x.dtype), shape)
+
+
+@op("LayerNormalization")
+def _layer_norm(ctx, a, at):
+    x = ctx.tensor(a[0])
+    axis = at.get("axis", -1)
+    axis = axis + x.ndim if axis < 0 else axis
+    axes = tuple(range(axis, x.ndim))
+    mean = gc.mean(x, axes, True)
+    centered = x - mean
+    var = gc.mean(centered * centered, axes, True)
+    inv = gc.rsqrt(var + _scalar(ctx, at.get("epsilon", 1e-5), x))
+    y = centered * inv * ctx.tensor(a[1], x.dtype)
+    if len(a) > 2 and a[2] is not None:
+        y = y + ctx.tensor(a[2], x.dtype)
+    return [y, mean, inv]
+
+
+@op("If", "Loop", "Scan")
+def _control_flow(ctx, a, at):
+    raise ctx.unsupported("control flow (If/Loop/Scan) maps onto graphc's control-flow "
+                          "primitives, which do not exist yet")
+
+
+__all__ = ["CONVERTERS", "DTYPES"]
+
+
+# composite ops: with 16-bit float operands they compute in float32 and round once
+WIDENED = {"Elu", "Celu", "Selu", "HardSigmoid", "HardSwish", "Softplus", "Softsign", "Mish",
+           "Gelu", "Softmax", "LogSoftmax", "ReduceMean", "ReduceLogSum", "ReduceLogSumExp",
+           "ReduceL2", "ReduceSumSquare", "Conv", "AveragePool",
+           "GlobalAveragePool", "BatchNormalization", "InstanceNormalization",
+           "LayerNormalization", "Mean"}

@@ -1,0 +1,208 @@
+"""graphc.onnx: import_model / compile, its errors, specialization on shapes and values,
+fine-tuning hooks, and the `graphc import` / `graphc viz` commands on .onnx files."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import graphc as gc  # noqa: E402
+import graphc.onnx as gonnx  # noqa: E402
+from graphc.onnx import backend  # noqa: E402
+from graphc_runtime.errors import FeedError, GraphcError  # noqa: E402
+
+GRAPHC = os.path.join(os.path.dirname(sys.executable), "graphc")
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return m
+
+
+def _vi(name, shape, t=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, t, shape)
+
+
+def _mlp():
+    w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4) / 10, "w")
+    b = numpy_helper.from_array(np.ones(4, np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Add", ["h", "b"], ["z"]),
+             helper.make_node("Relu", ["z"], ["y"])]
+    return _model(nodes, [_vi("x", [2, 3])], [_vi("y", [2, 4])], [w, b])
+
+
+def test_import_model_exposes_inputs_outputs_and_graph(rng):
+    imported = gonnx.import_model(_mlp())
+    assert list(imported.inputs) == ["x"] and list(imported.outputs) == ["y"]
+    assert imported.params == {} and imported.opset == 17
+    x = rng.normal(size=(2, 3)).astype(np.float32)
+    with imported.graph:
+        exe = gc.compile(imported.outputs["y"], inputs=[imported.inputs["x"]])
+    want = np.maximum(x @ (np.arange(12).reshape(3, 4) / 10) + 1, 0)
+    np.testing.assert_allclose(exe(x), want, rtol=1e-5)
+
+
+def test_compile_is_fed_by_onnx_names_and_returns_a_dict(rng):
+    exe = gonnx.compile(_mlp())
+    x = rng.normal(size=(2, 3)).astype(np.float32)
+    out = exe(x=x)
+    assert list(out) == ["y"] and out["y"].shape == (2, 4)
+    np.testing.assert_allclose(exe(x)["y"], out["y"])
+
+
+def test_trainable_initializers_become_variables_and_fine_tune(rng):
+    imported = gonnx.import_model(_mlp(), trainable=True)
+    assert set(imported.params) == {"w", "b"}
+    x = rng.normal(size=(2, 3)).astype(np.float32)
+    target = rng.normal(size=(2, 4)).astype(np.float32)
+    with imported.graph:
+        loss = ((imported.outputs["y"] - gc.constant(target)) ** 2).mean()
+        step = gc.compile({"loss": loss}, inputs=[imported.inputs["x"]],
+                          updates=gc.optim.sgd(loss, list(imported.params.values()), lr=0.1))
+    losses = [float(step(x)["loss"]) for _ in range(20)]
+    assert losses[-1] < 0.5 * losses[0]
+
+
+def test_files_and_bytes_import(tmp_path, rng):
+    path = tmp_path / "m.onnx"
+    onnx.save(_mlp(), str(path))
+    x = rng.normal(size=(2, 3)).astype(np.float32)
+    a = gonnx.compile(str(path))(x=x)["y"]
+    b = gonnx.compile(path.read_bytes())(x=x)["y"]
+    np.testing.assert_array_equal(a, b)
+
+
+def test_malformed_and_missing_files_are_graphc_errors(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07this is not protobuf\xff\xff")
+    with pytest.raises(GraphcError, match="not a readable ONNX model"):
+        gonnx.import_model(str(bad))
+    with pytest.raises(GraphcError, match="no such ONNX file"):
+        gonnx.import_model(str(tmp_path / "absent.onnx"))
+    with pytest.raises(GraphcError, match="takes an onnx.ModelProto"):
+        gonnx.import_model(42)
+
+
+def test_an_input_nobody_produces_is_named():
+    m = _model([helper.make_node("Relu", ["ghost"], ["y"])], [_vi("x", [2])], [_vi("y", [2])])
+    with pytest.raises(GraphcError, match="'ghost' is produced by no node"):
+        gonnx.import_model(m)
+
+
+def test_unsupported_op_names_node_op_and_opset():
+    node = helper.make_node("NonMaxSuppression", ["x", "x"], ["y"], name="nms1")
+    m = _model([node], [_vi("x", [1, 2, 4])], [_vi("y", [1, 3], TensorProto.INT64)])
+    with pytest.raises(gonnx.UnsupportedError, match=r"node 'nms1' \(NonMaxSuppression, "
+                                                      r"opset 17\): this op is not supported"):
+        gonnx.import_model(m)
+
+
+def test_unsupported_dtype_and_custom_domain_are_refused():
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2], TensorProto.UINT8)],
+               [_vi("y", [2], TensorProto.UINT8)])
+    with pytest.raises(gonnx.UnsupportedError, match="input 'x': ONNX element type UINT8"):
+        gonnx.import_model(m)
+    m = _model([helper.make_node("Foo", ["x"], ["y"], domain="com.example")],
+               [_vi("x", [2])], [_vi("y", [2])])
+    with pytest.raises(gonnx.UnsupportedError, match="custom domain 'com.example'"):
+        gonnx.import_model(m)
+
+
+def test_symbolic_dims_need_shapes_and_the_backend_specializes(rng):
+    m = _model([helper.make_node("Sigmoid", ["x"], ["y"])], [_vi("x", ["batch", 3])],
+               [_vi("y", ["batch", 3])])
+    with pytest.raises(gonnx.NeedsInputShapes, match="symbolic dimension 'batch'"):
+        gonnx.import_model(m)
+    exe = gonnx.compile(m, input_shapes={"x": (5, 3)})
+    assert exe(x=np.zeros((5, 3), np.float32))["y"].shape == (5, 3)
+    rep = backend.prepare(m)
+    for n in (1, 7, 1):
+        x = rng.normal(size=(n, 3)).astype(np.float32)
+        np.testing.assert_allclose(rep.run([x])[0], 1 / (1 + np.exp(-x)), rtol=1e-5)
+    assert len(rep.exes) == 2
+
+
+def test_shape_operands_fed_as_inputs_are_specialized_by_value(rng):
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    m = _model([node], [_vi("x", [2, 6]), _vi("shape", [2], TensorProto.INT64)],
+               [_vi("y", ["a", "b"])])
+    with pytest.raises(gonnx.NeedsInputValues) as info:
+        gonnx.import_model(m)
+    assert info.value.inputs == ("shape",)
+    x = rng.normal(size=(2, 6)).astype(np.float32)
+    exe = gonnx.compile(m, input_values={"shape": np.array([3, 4])})
+    np.testing.assert_array_equal(exe(x=x)["y"], x.reshape(3, 4))
+    rep = backend.prepare(m)
+    for shape in ([4, 3], [12, -1], [4, 3]):
+        np.testing.assert_array_equal(rep.run([x, np.array(shape, np.int64)])[0],
+                                      x.reshape(shape))
+    assert len(rep.exes) == 2
+    with pytest.raises(FeedError, match="missing input"):
+        rep.run({"x": x})
+
+
+def test_wrong_input_values_and_shapes_are_named():
+    with pytest.raises(GraphcError, match="input_values names 'nope'"):
+        gonnx.import_model(_mlp(), input_values={"nope": np.zeros(1)})
+    with pytest.raises(GraphcError, match="input_shapes names 'nope'"):
+        gonnx.import_model(_mlp(), input_shapes={"nope": (1,)})
+
+
+def test_shape_subgraphs_fold_to_constants():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["b"], axis=0),
+             helper.make_node("Concat", ["b", "rest"], ["target"], axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([0], np.int64), "i0"),
+             numpy_helper.from_array(np.array([-1], np.int64), "rest")]
+    m = _model(nodes, [_vi("x", [2, 3, 4])], [_vi("y", [2, 12])], inits)
+    imported = gonnx.import_model(m)
+    ops = {n.op for n in imported.graph.nodes}
+    assert "reshape" in ops and not ops & {"concatenate", "gather"}, ops
+
+
+def test_backend_supports_devices_and_run_node(rng):
+    assert backend.supports_device("CPU") and backend.supports_device("CUDA:0")
+    assert not backend.supports_device("TPU")
+    x = rng.normal(size=(3, 4)).astype(np.float32)
+    (y,) = backend.run_node(helper.make_node("Softmax", ["x"], ["y"], axis=1), [x])
+    e = np.exp(x - x.max(1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=1e-5)
+
+
+def test_cli_import_writes_an_artifact_and_viz_draws_the_model(tmp_path, rng):
+    path = tmp_path / "m.onnx"
+    onnx.save(_mlp(), str(path))
+    out = tmp_path / "m.gcx"
+    r = subprocess.run([GRAPHC, "import", str(path), "-o", str(out)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert "inputs x float32[2, 3]" in r.stdout
+    import graphc_runtime
+    x = rng.normal(size=(2, 3)).astype(np.float32)
+    np.testing.assert_allclose(graphc_runtime.load(str(out))(x=x)["y"],
+                               gonnx.compile(_mlp())(x=x)["y"])
+    page = tmp_path / "m.html"
+    r = subprocess.run([GRAPHC, "viz", str(path), "-o", str(page)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert "<html" in page.read_text()[:2000].lower()
+    sym = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", ["n", 3])],
+                 [_vi("y", ["n", 3])])
+    onnx.save(sym, str(tmp_path / "sym.onnx"))
+    r = subprocess.run([GRAPHC, "import", str(tmp_path / "sym.onnx"), "-o", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "symbolic dimension 'n'" in r.stderr
+    r = subprocess.run([GRAPHC, "import", str(tmp_path / "sym.onnx"), "-o", str(out),
+                        "--input-shape", "x=4,3"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([GRAPHC, "import", str(tmp_path / "sym.onnx"), "-o", str(out),
+                        "--input-shape", "x:4"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--input-shape wants" in r.stderr
