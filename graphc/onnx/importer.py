@@ -200,7 +200,8 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
 def _convert_node(ctx, node, env, depth: int = 0):
     """Convert one ONNX node into env (its outputs by name); ops graphc has no converter
     for, but that the ONNX schema defines as a function, are inlined."""
-    from . import functions, ops
+    from . import functions, ops, ops_math, ops_nn  # noqa: F401  (they register converters)
+    from .registry import CONVERTERS
     ctx.node = node
     if node.domain not in ("", "ai.onnx"):
         raise ctx.unsupported(f"custom domain {node.domain!r} is not supported")
@@ -213,7 +214,7 @@ def _convert_node(ctx, node, env, depth: int = 0):
                               f"input or initializer of the model")
         else:
             args.append(env[name])
-    convert = ops.CONVERTERS.get(node.op_type)
+    convert = CONVERTERS.get(node.op_type)
     if convert is None:
         found = functions.body(node, ctx.opset, args) if depth < 8 else None
         if found is None:

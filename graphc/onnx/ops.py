@@ -12,16 +12,9 @@ import graphc as gc
 
 from .dtypes import DTYPES, dtype_of
 
-CONVERTERS: dict = {}
+from .registry import CONVERTERS, op
+
 INT64 = "int64"
-
-
-def op(*names):
-    def register(fn):
-        for n in names:
-            CONVERTERS[n] = fn
-        return fn
-    return register
 
 
 def _ints(v):

@@ -1,0 +1,211 @@
+"""Converters for ONNX indexing and network ops: GatherElements, GatherND, ScatterElements,
+ScatterND, ConvTranspose, LpNormalization, DepthToSpace, SpaceToDepth."""
+from __future__ import annotations
+
+import numpy as np
+
+import graphc as gc
+from graphc.tensor import bind
+
+from .ops import _scalar
+from .registry import op
+
+
+def _index(ctx, idx, n):
+    """int64 indices with negative ones wrapped (idx + n)."""
+    idx = gc.cast(ctx.tensor(idx), "int64")
+    return gc.where(idx < ctx.tensor(np.int64(0)), idx + ctx.tensor(np.int64(n)), idx)
+
+
+def _crop_to(x, shape, skip):
+    """x[:shape[0], :shape[1], ...] on every axis but `skip`."""
+    key = tuple(slice(None) if d == skip or shape[d] == x.shape[d] else slice(0, shape[d])
+                for d in range(x.ndim))
+    return x[key] if any(k != slice(None) for k in key) else x
+
+
+@op("GatherElements")
+def _gather_elements(ctx, a, at):
+    x = ctx.tensor(a[0])
+    axis = at.get("axis", 0)
+    axis = axis + x.ndim if axis < 0 else axis
+    idx = _index(ctx, a[1], x.shape[axis])
+    return gc.take_along_axis(_crop_to(x, idx.shape, axis), idx, axis)
+
+
+def _flat_positions(ctx, shape, idx, axis):
+    """Row-major positions in `shape` of the elements idx addresses along `axis` (the other
+    coordinates: the element's own)."""
+    strides = np.cumprod((1,) + tuple(shape[::-1]))[:-1][::-1]
+    pos = None
+    for d in range(len(shape)):
+        coord = idx if d == axis else gc.iota(idx.shape, d, "int64")
+        term = coord * ctx.tensor(np.int64(strides[d]))
+        pos = term if pos is None else pos + term
+    return pos
+
+
+def _scatter(ctx, data, positions, updates, reduction, what):
+    """data (flattened) with `updates` scattered to `positions` (any shape, same as updates'
+    leading dims); reduction none or add."""
+    if reduction not in ("none", "add"):
+        raise ctx.unsupported(f"reduction={reduction!r} (graphc scatters with none or add)")
+    if data.dtype == "bool":
+        raise ctx.unsupported(f"{what} on bool tensors")
+    flat = gc.reshape(data, (-1,) + data.shape[len(data.shape) - (updates.ndim -
+                                                                  positions.ndim):]) \
+        if updates.ndim > positions.ndim else gc.reshape(data, (-1,))
+    zeros = gc.zeros_like(flat)
+    added = bind("scatter_add", zeros, positions, updates, axis=0)
+    if reduction == "add":
+        out = flat + added
+    else:
+        ones = gc.ones_like(updates)
+        hit = bind("scatter_add", gc.zeros_like(flat), positions, ones, axis=0)
+        out = gc.where(hit > _scalar(ctx, 0, hit), added, flat)
+    return gc.reshape(out, data.shape)
+
+
+@op("ScatterElements", "Scatter")
+def _scatter_elements(ctx, a, at):
+    x = ctx.tensor(a[0])
+    axis = at.get("axis", 0)
+    axis = axis + x.ndim if axis < 0 else axis
+    idx = _index(ctx, a[1], x.shape[axis])
+    updates = ctx.tensor(a[2], x.dtype)
+    pos = _flat_positions(ctx, x.shape, idx, axis)
+    return _scatter(ctx, x, pos, updates, at.get("reduction", "none"), "ScatterElements")
+
+
+def _nd_positions(ctx, shape, idx):
+    """Positions in the first k dims of `shape` for index tuples idx[..., k]."""
+    k = idx.shape[-1]
+    strides = np.cumprod((1,) + tuple(shape[:k][::-1]))[:-1][::-1]
+    pos = None
+    for d in range(k):
+        coord = idx[..., d]
+        coord = gc.where(coord < ctx.tensor(np.int64(0)), coord + ctx.tensor(np.int64(shape[d])),
+                         coord)
+        term = coord * ctx.tensor(np.int64(strides[d]))
+        pos = term if pos is None else pos + term
+    return pos
+
+
+@op("ScatterND")
+def _scatter_nd(ctx, a, at):
+    x = ctx.tensor(a[0])
+    idx = gc.cast(ctx.tensor(a[1]), "int64")
+    updates = ctx.tensor(a[2], x.dtype)
+    pos = _nd_positions(ctx, x.shape, idx)
+    return _scatter(ctx, x, pos, updates, at.get("reduction", "none"), "ScatterND")
+
+
+@op("GatherND")
+def _gather_nd(ctx, a, at):
+    x = ctx.tensor(a[0])
+    idx = gc.cast(ctx.tensor(a[1]), "int64")
+    b = at.get("batch_dims", 0)
+    k = idx.shape[-1]
+    if b:
+        if b != 1:
+            raise ctx.unsupported(f"batch_dims={b} (graphc gathers with 0 or 1)")
+        nb = x.shape[0]
+        row = gc.iota(idx.shape[:-1] + (1,), 0, "int64")
+        idx = gc.concatenate([row, idx], -1)
+        k += 1
+    pos = _nd_positions(ctx, x.shape, idx)
+    flat = gc.reshape(x, (-1,) + x.shape[k:])
+    out = gc.take(flat, pos, axis=0)
+    return out if not b else gc.reshape(out, (nb,) + out.shape[1:]) if out.shape[0] != nb \
+        else out
+
+
+@op("ConvTranspose")
+def _conv_transpose(ctx, a, at):
+    x, w = ctx.tensor(a[0]), ctx.tensor(a[1], a[0].dtype if isinstance(a[0], gc.Tensor)
+                                        else None)
+    dims = x.ndim - 2
+    if dims not in (1, 2):
+        raise ctx.unsupported(f"{dims}-D ConvTranspose (graphc has 1-D and 2-D)")
+    g = at.get("group", 1)
+    kernel = list(at.get("kernel_shape", w.shape[2:]))
+    strides = list(at.get("strides", [1] * dims))
+    dil = list(at.get("dilations", [1] * dims))
+    out_pad = list(at.get("output_padding", [0] * dims))
+    pads = list(at.get("pads", [0] * (2 * dims)))
+    spatial = x.shape[2:]
+    full = [strides[k] * (spatial[k] - 1) + out_pad[k] + (kernel[k] - 1) * dil[k] + 1
+            for k in range(dims)]
+    auto = at.get("auto_pad", "NOTSET")
+    if "output_shape" in at:
+        target = list(at["output_shape"])[-dims:]
+        total = [full[k] - target[k] for k in range(dims)]
+        upper = auto == "SAME_UPPER"
+        pads = [total[k] // 2 if upper else total[k] - total[k] // 2 for k in range(dims)] + \
+            [total[k] - total[k] // 2 if upper else total[k] // 2 for k in range(dims)]
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        total = [full[k] - spatial[k] * strides[k] for k in range(dims)]
+        upper = auto == "SAME_UPPER"
+        pads = [total[k] // 2 if upper else total[k] - total[k] // 2 for k in range(dims)] + \
+            [total[k] - total[k] // 2 if upper else total[k] // 2 for k in range(dims)]
+    elif auto == "VALID":
+        pads = [0] * (2 * dims)
+    if dims == 1:
+        x = gc.reshape(x, x.shape[:2] + (1,) + x.shape[2:])
+        w = gc.reshape(w, w.shape[:2] + (1,) + w.shape[2:])
+        kernel, strides, dil, pads = [1] + kernel, [1] + strides, [1] + dil, \
+            [0, pads[0], 0, pads[1]]
+        out_pad = [0] + out_pad
+    c, m_g = w.shape[0], w.shape[1]
+    # (C, M/g, kh, kw) -> (M, C/g, kh, kw), spatially flipped
+    wt = gc.reshape(w, (g, c // g, m_g) + w.shape[2:])
+    wt = gc.transpose(wt, (0, 2, 1, 3, 4))
+    wt = gc.reshape(wt, (g * m_g, c // g) + w.shape[2:])
+    wt = gc.flip(gc.flip(wt, 2), 3)
+    lo = [(kernel[k] - 1) * dil[k] - pads[k] for k in range(2)]
+    hi = [(kernel[k] - 1) * dil[k] - pads[k + 2] + out_pad[k] for k in range(2)]
+    y = bind("conv", x, wt, window_strides=(1, 1),
+             padding=tuple((max(lo[k], 0), max(hi[k], 0)) for k in range(2)),
+             lhs_dilation=tuple(strides), rhs_dilation=tuple(dil), feature_group_count=g)
+    if any(v < 0 for v in lo + hi):
+        y = y[(slice(None), slice(None)) + tuple(
+            slice(max(-lo[k], 0), y.shape[2 + k] - max(-hi[k], 0)) for k in range(2))]
+    if len(a) > 2 and a[2] is not None:
+        y = y + gc.reshape(ctx.tensor(a[2], y.dtype), (1, -1, 1, 1))
+    return gc.reshape(y, y.shape[:2] + y.shape[3:]) if dims == 1 else y
+
+
+@op("LpNormalization")
+def _lp_norm(ctx, a, at):
+    x = ctx.tensor(a[0])
+    axis, p = at.get("axis", -1), at.get("p", 2)
+    if p == 1:
+        norm = gc.sum(gc.abs(x), axis, True)
+    elif p == 2:
+        norm = gc.sqrt(gc.sum(x * x, axis, True))
+    else:
+        raise ctx.unsupported(f"p={p} (ONNX allows 1 and 2)")
+    zero = _scalar(ctx, 0, x)
+    return gc.where(norm == zero, zero, x / gc.where(norm == zero, _scalar(ctx, 1, x), norm))
+
+
+@op("DepthToSpace")
+def _depth_to_space(ctx, a, at):
+    x = ctx.tensor(a[0])
+    b = at["blocksize"]
+    n, c, h, w = x.shape
+    if at.get("mode", "DCR") == "DCR":
+        y = gc.transpose(gc.reshape(x, (n, b, b, c // (b * b), h, w)), (0, 3, 4, 1, 5, 2))
+    else:
+        y = gc.transpose(gc.reshape(x, (n, c // (b * b), b, b, h, w)), (0, 1, 4, 2, 5, 3))
+    return gc.reshape(y, (n, c // (b * b), h * b, w * b))
+
+
+@op("SpaceToDepth")
+def _space_to_depth(ctx, a, at):
+    x = ctx.tensor(a[0])
+    b = at["blocksize"]
+    n, c, h, w = x.shape
+    perm = (0, 3, 5, 1, 2, 4) if at.get("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+    y = gc.transpose(gc.reshape(x, (n, c, h // b, b, w // b, b)), perm)
+    return gc.reshape(y, (n, c * b * b, h // b, w // b))
