@@ -200,7 +200,7 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
 def _convert_node(ctx, node, env, depth: int = 0):
     """Convert one ONNX node into env (its outputs by name); ops graphc has no converter
     for, but that the ONNX schema defines as a function, are inlined."""
-    from . import functions, ops, ops_math, ops_nn  # noqa: F401  (they register converters)
+    from . import functions, ops, ops_math, ops_nn, ops_resize  # noqa: F401  (registering)
     from .registry import CONVERTERS
     ctx.node = node
     if node.domain not in ("", "ai.onnx"):
