@@ -105,14 +105,43 @@ def test_unsupported_op_names_node_op_and_opset():
 
 
 def test_unsupported_dtype_and_custom_domain_are_refused():
-    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2], TensorProto.UINT8)],
-               [_vi("y", [2], TensorProto.UINT8)])
-    with pytest.raises(gonnx.UnsupportedError, match="input 'x': ONNX element type UINT8"):
+    m = _model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2], TensorProto.UINT64)],
+               [_vi("y", [2], TensorProto.UINT64)])
+    with pytest.raises(gonnx.UnsupportedError, match="input 'x': ONNX element type UINT64"):
         gonnx.import_model(m)
     m = _model([helper.make_node("Foo", ["x"], ["y"], domain="com.example")],
                [_vi("x", [2])], [_vi("y", [2])])
     with pytest.raises(gonnx.UnsupportedError, match="custom domain 'com.example'"):
         gonnx.import_model(m)
+
+
+@pytest.mark.parametrize("elem,np_dtype", [(TensorProto.UINT8, np.uint8),
+                                           (TensorProto.INT8, np.int8),
+                                           (TensorProto.UINT16, np.uint16),
+                                           (TensorProto.INT16, np.int16),
+                                           (TensorProto.UINT32, np.uint32)])
+def test_narrow_integers_wrap_like_their_onnx_type(elem, np_dtype, rng):
+    nodes = [helper.make_node("Mul", ["a", "b"], ["p"]),
+             helper.make_node("Add", ["p", "a"], ["s"]),
+             helper.make_node("Div", ["s", "two"], ["y"]),
+             helper.make_node("Greater", ["s", "a"], ["g"])]
+    two = numpy_helper.from_array(np.array(2, np_dtype), "two")
+    m = _model(nodes, [_vi("a", [64], elem), _vi("b", [64], elem)],
+               [_vi("y", [64], elem), _vi("g", [64], TensorProto.BOOL)], [two])
+    info = np.iinfo(np_dtype)
+    a = rng.integers(info.min, info.max, 64, endpoint=True).astype(np_dtype)
+    b = rng.integers(info.min, info.max, 64, endpoint=True).astype(np_dtype)
+    exe = gonnx.compile(m)
+    out = exe(a=a, b=b)
+    with np.errstate(over="ignore"):
+        s = a * b + a                       # numpy wraps like the ONNX type
+    assert out["y"].dtype == np_dtype and out["g"].dtype == np.bool_
+    want = (s.astype(np.int64) // 2).astype(np_dtype) if info.min == 0 else \
+        np.trunc(s.astype(np.float64) / 2).astype(np_dtype)
+    np.testing.assert_array_equal(out["y"], want)
+    np.testing.assert_array_equal(out["g"], s > a)
+    with pytest.raises(FeedError, match="expected " + np.dtype(np_dtype).name):
+        exe(a=a.astype(np.int64), b=b)
 
 
 def test_symbolic_dims_need_shapes_and_the_backend_specializes(rng):

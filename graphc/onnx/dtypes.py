@@ -1,6 +1,8 @@
 """ONNX element types and the graphc dtypes they import as."""
 from __future__ import annotations
 
+import numpy as np
+
 from .errors import UnsupportedError
 
 # ONNX TensorProto element types graphc computes in
@@ -11,11 +13,47 @@ TYPE_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5:
               12: "UINT32", 13: "UINT64", 14: "COMPLEX64", 15: "COMPLEX128", 16: "BFLOAT16"}
 
 
+# 8/16/32-bit integers graphc lacks: stored in a wider graphc integer, wrapped back into
+# their range after each op that may leave it, converted at the executable's boundary
+NARROW = {2: ("uint8", 8, False), 3: ("int8", 8, True), 4: ("uint16", 16, False),
+          5: ("int16", 16, True), 12: ("uint32", 32, False)}
+NARROW_NUMPY = {name: code for code, (name, _, _) in NARROW.items()}
+
+
+def compute_dtype(elem_type: int) -> str:
+    """The graphc dtype a narrow integer type is computed in."""
+    return "int64" if NARROW[elem_type][1] == 32 else "int32"
+
+
+def numpy_dtype(elem_type: int):
+    return np.dtype(NARROW[elem_type][0])
+
+
+def wrap(value, elem_type: int):
+    """`value` (a graphc Tensor or numpy array in the compute dtype) reduced into the range
+    of the narrow integer type, as two's-complement arithmetic would leave it."""
+    _, bits, signed = NARROW[elem_type]
+    mask, half = (1 << bits) - 1, 1 << (bits - 1)
+    if not hasattr(value, "node"):
+        v = np.asarray(value).astype(np.int64)
+        v = ((v + half) & mask) - half if signed else v & mask
+        return v.astype(compute_dtype(elem_type))
+    import graphc as gc
+    m = gc.constant(np.asarray(mask, value.dtype))
+    if not signed:
+        return gc.bitwise_and(value, m)
+    h = gc.constant(np.asarray(half, value.dtype))
+    return gc.bitwise_and(value + h, m) - h
+
+
 def dtype_of(elem_type: int, what: str) -> str:
+    if elem_type in NARROW:
+        return compute_dtype(elem_type)
     if elem_type not in DTYPES:
         raise UnsupportedError(f"{what}: ONNX element type "
                                f"{TYPE_NAMES.get(elem_type, elem_type)} is not supported "
-                               f"(graphc computes in {', '.join(sorted(set(DTYPES.values())))})")
+                               f"(graphc computes in {', '.join(sorted(set(DTYPES.values())))}"
+                               f", and in int32/int64 for 8-, 16- and 32-bit integers)")
     return DTYPES[elem_type]
 
 
@@ -33,9 +71,11 @@ def to_array(tensor):
 ELEM_TYPES = {v: k for k, v in DTYPES.items()}
 
 
-def onnx_type_of(value):
-    """(ONNX element type, shape) of a converted value: a graphc Tensor or a numpy array."""
-    import numpy as np
+def onnx_type_of(value, narrow: int | None = None):
+    """(ONNX element type, shape) of a converted value: a graphc Tensor or a numpy array
+    (`narrow`: the narrow integer type it stands for, if any)."""
+    if narrow is not None:
+        return narrow, list(np.shape(value) if not hasattr(value, "node") else value.shape)
     if hasattr(value, "node"):                       # a graphc Tensor
         return ELEM_TYPES[value.dtype], list(value.shape)
     arr = np.asarray(value)

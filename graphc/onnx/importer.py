@@ -8,10 +8,24 @@ import numpy as np
 import graphc as gc
 from graphc_runtime.errors import GraphcError
 
+from . import dtypes as odt
 from .dtypes import dtype_of, to_array
 from .errors import NeedsInputShapes, NeedsInputValues, UnsupportedError
 
-OLDEST_OPSET = 7
+# graphc's converters implement each op from opset 7 on; older opsets import where the op
+# is the same version there as in opset 7
+OLDEST_OPSET = 1
+IMPLEMENTED_FROM = 7
+
+# ops whose result holds only values of their operands: no wrap into a narrow type needed
+VALUE_PRESERVING = {"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+                    "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND",
+                    "Expand", "Tile", "Max", "Min", "Relu", "Where", "ReduceMax",
+                    "ReduceMin", "Pad", "Constant", "ScatterElements", "ScatterND",
+                    "DepthToSpace", "SpaceToDepth", "Trilu", "Resize", "MaxPool", "TopK",
+                    "Clip", "Dropout", "BitwiseAnd", "BitwiseOr", "BitwiseXor"}
+# ops whose integer results are indices or counts, never of their operands' type
+INDEX_RESULTS = {"Shape", "Size", "ArgMax", "ArgMin", "NonZero", "Range"}
 
 def _onnx():
     try:
@@ -50,11 +64,14 @@ def load(model_or_path):
 class ImportedModel:
     """The result of import_model: `.graph` (a gc.Graph), `.inputs` ({ONNX input name:
     placeholder}), `.outputs` ({ONNX output name: Tensor}), `.params` ({initializer name:
-    variable}, with trainable=True), `.opset` (the default domain's version)."""
+    variable}, with trainable=True), `.opset` (the default domain's version) and
+    `.onnx_dtypes` ({input or output name: numpy dtype} for the 8/16/32-bit integers that
+    graphc holds in int32/int64)."""
 
-    def __init__(self, graph, inputs, outputs, params, opset):
+    def __init__(self, graph, inputs, outputs, params, opset, onnx_dtypes=None):
         self.graph, self.inputs, self.outputs = graph, inputs, outputs
         self.params, self.opset = params, opset
+        self.onnx_dtypes = dict(onnx_dtypes or {})
 
     def __repr__(self) -> str:
         return (f"<ImportedModel opset {self.opset}: inputs {list(self.inputs)}, outputs "
@@ -64,9 +81,12 @@ class ImportedModel:
 class Context:
     """What a converter sees: the node, the opset, and helpers for its operands."""
 
-    def __init__(self, graph, opset: int):
+    def __init__(self, graph, opset: int, inferred=None):
         self.graph, self.opset = graph, opset
         self.node = None
+        self.narrow: dict = {}          # value name -> its narrow ONNX integer type
+        self.inferred = dict(inferred or {})   # value name -> ONNX element type
+        self.operand_types: list = []   # the current node's operands' narrow types (or None)
 
     def where(self) -> str:
         n = self.node
@@ -123,14 +143,16 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
             opset = o.version
-    if opset is None:
-        opset = 1
+    if opset is None:                   # no default-domain import: nodes name their domains
+        opset = onnx.defs.onnx_opset_version() if all(
+            n.domain not in ("", "ai.onnx") for n in model.graph.node) else 1
     newest = onnx.defs.onnx_opset_version()
     if not OLDEST_OPSET <= opset <= newest:
         raise UnsupportedError(f"the model's default-domain opset is {opset}; graphc imports "
                                f"opsets {OLDEST_OPSET} to {newest}")
     graph = gc.Graph(model.graph.name or "onnx")
-    ctx = Context(graph, opset)
+    ctx = Context(graph, opset, _inferred_types(model))
+    onnx_dtypes: dict = {}
     env: dict = {}
     params, inputs = {}, {}
     initialized = set()
@@ -142,6 +164,9 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
                 raise GraphcError(f"initializer {init.name!r}: cannot read its data ({e})") \
                     from None
             dtype_of(init.data_type, f"initializer {init.name!r}")
+            if init.data_type in odt.NARROW:
+                arr = odt.wrap(arr, init.data_type)
+                ctx.narrow[init.name] = init.data_type
             initialized.add(init.name)
             if trainable and arr.dtype.kind == "f":
                 v = gc.variable(arr, name=init.name)
@@ -157,6 +182,9 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
             if not inp.type.HasField("tensor_type"):
                 raise UnsupportedError(f"input {inp.name!r}: only tensor inputs are supported")
             dtype = dtype_of(t.elem_type, f"input {inp.name!r}")
+            if t.elem_type in odt.NARROW:
+                ctx.narrow[inp.name] = t.elem_type
+                onnx_dtypes[inp.name] = odt.numpy_dtype(t.elem_type)
             if inp.name in values:
                 arr = np.asarray(values.pop(inp.name))
                 env[inp.name] = arr.astype(gc.ir.dtypes.to_numpy(dtype), copy=False)
@@ -194,7 +222,23 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
                 raise GraphcError(f"graph output {out.name!r} is produced by no node")
             value = env[out.name]
             outputs[out.name] = ctx.tensor(value) if not isinstance(value, gc.Tensor) else value
-    return ImportedModel(graph, inputs, outputs, params, opset)
+            if out.name in ctx.narrow:
+                onnx_dtypes[out.name] = odt.numpy_dtype(ctx.narrow[out.name])
+    return ImportedModel(graph, inputs, outputs, params, opset, onnx_dtypes)
+
+
+def _inferred_types(model) -> dict:
+    """Element types of the model's values by ONNX shape inference ({} where it fails)."""
+    try:
+        import onnx
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:                  # inference is a help, not a requirement
+        return {}
+    types = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    return types
 
 
 def _convert_node(ctx, node, env, depth: int = 0):
@@ -214,7 +258,10 @@ def _convert_node(ctx, node, env, depth: int = 0):
                               f"input or initializer of the model")
         else:
             args.append(env[name])
+    ctx.operand_types = [ctx.narrow.get(name) for name in node.input]
     convert = CONVERTERS.get(node.op_type)
+    if convert is not None and ctx.opset < IMPLEMENTED_FROM:
+        _check_old_opset(ctx, node)
     if convert is None:
         found = functions.body(node, ctx.opset, args) if depth < 8 else None
         if found is None:
@@ -251,7 +298,61 @@ def _convert_node(ctx, node, env, depth: int = 0):
         if value is None:
             raise ctx.unsupported(f"output {name!r} (optional output "
                                   f"#{wanted.index(name)}) is not supported")
+        value = _narrowed(ctx, node, name, value, attrs)
         env[name] = _fold(ctx, value, args)
+
+
+def _check_old_opset(ctx, node):
+    import onnx
+    try:
+        then = onnx.defs.get_schema(node.op_type, ctx.opset, "").since_version
+        now = onnx.defs.get_schema(node.op_type, IMPLEMENTED_FROM, "").since_version
+    except Exception:
+        then, now = None, 0
+    if then != now:
+        raise ctx.unsupported(f"this op's opset-{ctx.opset} version differs from the "
+                              f"opset-{IMPLEMENTED_FROM} one graphc implements")
+
+
+def _narrow_type(ctx, node, name, value, attrs):
+    """The narrow integer ONNX type output `name` has, or None."""
+    if name in ctx.inferred:
+        t = ctx.inferred[name]
+        return t if t in odt.NARROW else None
+    if isinstance(value, np.ndarray) and value.dtype.name in odt.NARROW_NUMPY:
+        return odt.NARROW_NUMPY[value.dtype.name]
+    if node.op_type == "Cast":
+        return attrs["to"] if attrs["to"] in odt.NARROW else None
+    if node.op_type == "CastLike":
+        return ctx.operand_types[1] if len(ctx.operand_types) > 1 else None
+    if node.op_type in INDEX_RESULTS:
+        return None
+    dtype = value.dtype if isinstance(value, gc.Tensor) else np.asarray(value).dtype.name
+    for t in ctx.operand_types:
+        if t is not None and odt.compute_dtype(t) == dtype:
+            return t
+    return None
+
+
+def _narrowed(ctx, node, name, value, attrs):
+    """`value` wrapped into its narrow integer type's range (and recorded as of that type),
+    or as it is."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and \
+            value.dtype.name not in ("int32", "int64") and value.dtype.name not in \
+            odt.NARROW_NUMPY:
+        raise ctx.unsupported(f"output {name!r} has element type {value.dtype} "
+                              f"(graphc computes in int32/int64 for 8-, 16- and 32-bit ones)")
+    t = _narrow_type(ctx, node, name, value, attrs)
+    if t is None:
+        return value
+    ctx.narrow[name] = t
+    if isinstance(value, np.ndarray):
+        return odt.wrap(value, t)
+    if value.dtype != odt.compute_dtype(t):
+        value = gc.cast(value, odt.compute_dtype(t))
+    elif node.op_type in VALUE_PRESERVING:
+        return value
+    return odt.wrap(value, t)
 
 
 def _narrow_float(args):
@@ -293,5 +394,33 @@ def compile(model_or_path, device: str = "cpu", input_shapes: dict | None = None
     imported = import_model(model_or_path, input_shapes=input_shapes,
                             input_values=input_values)
     with imported.graph:
-        return gc.compile(dict(imported.outputs), inputs=list(imported.inputs.values()),
-                          device=device, **compile_options)
+        exe = gc.compile(dict(imported.outputs), inputs=list(imported.inputs.values()),
+                         device=device, **compile_options)
+    if imported.onnx_dtypes:
+        return NarrowIntegerExecutable(exe, list(imported.inputs), imported.onnx_dtypes)
+    return exe
+
+
+class NarrowIntegerExecutable:
+    """An Executable whose ONNX inputs or outputs are 8/16/32-bit integers: feeds are
+    converted to the int32/int64 graphc computes in, results back to their ONNX dtype.
+    Everything else (save, dump, viz, profile, stats...) is the wrapped Executable's."""
+
+    def __init__(self, exe, input_names, onnx_dtypes):
+        self.executable, self.input_names, self.onnx_dtypes = exe, input_names, onnx_dtypes
+
+    def __call__(self, *args, **feeds):
+        feeds.update(zip(self.input_names, args))
+        for name, dtype in self.onnx_dtypes.items():
+            if name in feeds:
+                v = np.asarray(feeds[name])
+                if v.dtype != dtype:
+                    raise gc.FeedError(f"input {name!r}: expected {dtype} (the model's ONNX "
+                                       f"type), got {v.dtype}")
+                feeds[name] = v.astype(np.int64 if dtype.itemsize == 4 else np.int32)
+        out = self.executable(**feeds)
+        return {k: v.astype(self.onnx_dtypes[k]) if k in self.onnx_dtypes else v
+                for k, v in out.items()}
+
+    def __getattr__(self, name):
+        return getattr(self.executable, name)

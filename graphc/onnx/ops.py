@@ -701,7 +701,8 @@ def _pool(kind):
         if len(ctx.node.output) > 1 and ctx.node.output[1]:
             raise ctx.unsupported("the Indices output of MaxPool")
         kernel = list(at["kernel_shape"])
-        fill = -np.inf if kind == "max" else 0.0
+        fill = 0.0 if kind != "max" else -np.inf if gc.ir.dtypes.is_float(x.dtype) else \
+            int(np.iinfo(gc.ir.dtypes.to_numpy(x.dtype)).min)
         padded, strides, dil, dims, pads, explicit = _spatial(ctx, x, kernel, at, fill)
         k2 = kernel if dims == 2 else [1] + kernel
         v = _windows(ctx, padded, k2, strides, dil)
