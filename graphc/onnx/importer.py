@@ -244,7 +244,7 @@ def _inferred_types(model) -> dict:
 def _convert_node(ctx, node, env, depth: int = 0):
     """Convert one ONNX node into env (its outputs by name); ops graphc has no converter
     for, but that the ONNX schema defines as a function, are inlined."""
-    from . import functions, ops, ops_math, ops_nn, ops_resize  # noqa: F401  (registering)
+    from . import functions, ops, ops_math, ops_nn, ops_pool, ops_resize  # noqa: F401
     from .registry import CONVERTERS
     ctx.node = node
     if node.domain not in ("", "ai.onnx"):

@@ -12,6 +12,7 @@ import graphc as gc
 
 from .dtypes import DTYPES, dtype_of
 
+from .ops_pool import geometry
 from .registry import CONVERTERS, op
 
 INT64 = "int64"
@@ -628,120 +629,23 @@ def _gemm(ctx, a, at):
     return y
 
 
-def _spatial(ctx, x, kernel, at, pad_value=0.0):
-    """x padded per pads / auto_pad for a window op over the last two (or one) axes;
-    returns (padded x, strides, dilations) with 1-D ops widened to 2-D."""
-    dims = x.ndim - 2
-    if dims not in (1, 2):
-        raise ctx.unsupported(f"{dims}-D windows (graphc has 1-D and 2-D)")
-    strides = list(at.get("strides", [1] * dims))
-    dil = list(at.get("dilations", [1] * dims))
-    pads = list(at.get("pads", [0] * (2 * dims)))
-    auto = at.get("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = [0] * (2 * dims)
-        for k in range(dims):
-            n, s = x.shape[2 + k], strides[k]
-            out = -(-n // s)
-            total = max((out - 1) * s + (kernel[k] - 1) * dil[k] + 1 - n, 0)
-            small = total // 2
-            pads[k], pads[k + dims] = (small, total - small) if auto == "SAME_UPPER" else \
-                (total - small, small)
-    elif auto == "VALID":
-        pads = [0] * (2 * dims)
-    explicit = list(pads)
-    if at.get("ceil_mode", 0):
-        for k in range(dims):
-            n = x.shape[2 + k] + pads[k] + pads[k + dims]
-            span = (kernel[k] - 1) * dil[k] + 1
-            out_floor = (n - span) // strides[k] + 1
-            out_ceil = -(-(n - span) // strides[k]) + 1
-            if (out_ceil - 1) * strides[k] >= x.shape[2 + k] + pads[k]:
-                out_ceil -= 1                            # the last window must start inside
-            pads[k + dims] += (out_ceil - out_floor) * strides[k]
-    if dims == 1:
-        x = gc.reshape(x, x.shape[:2] + (1,) + x.shape[2:])
-        strides, dil = [1] + strides, [1] + dil
-        pads, explicit = [0, pads[0], 0, pads[1]], [0, explicit[0], 0, explicit[1]]
-    if any(pads):
-        x = gc.pad(x, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])],
-                   constant_values=pad_value)
-    return x, strides, dil, dims, pads, explicit
-
-
 @op("Conv")
 def _conv(ctx, a, at):
     x, w = ctx.tensor(a[0]), ctx.tensor(a[1])
+    dims = x.ndim - 2
+    if dims not in (1, 2):
+        raise ctx.unsupported(f"{dims}-D convolution (graphc has 1-D and 2-D)")
     kernel = list(at.get("kernel_shape", w.shape[2:]))
-    x, strides, dil, dims, _, _ = _spatial(ctx, x, kernel, at)
+    begin, end, _, _, strides, dil = geometry(x.shape[2:], kernel, dict(at, ceil_mode=0))
+    pads = list(zip(begin, end))
     if dims == 1:
+        x = gc.reshape(x, x.shape[:2] + (1,) + x.shape[2:])
         w = gc.reshape(w, w.shape[:2] + (1,) + w.shape[2:])
+        strides, dil, pads = [1] + strides, [1] + dil, [(0, 0)] + pads
     b = ctx.tensor(a[2], x.dtype) if len(a) > 2 and a[2] is not None else None
-    y = gc.nn.conv2d(x, w, b, stride=tuple(strides), padding=0, dilation=tuple(dil),
-                     groups=at.get("group", 1))
+    y = gc.nn.conv2d(x, w, b, stride=tuple(strides), padding=tuple(pads),
+                     dilation=tuple(dil), groups=at.get("group", 1))
     return gc.reshape(y, y.shape[:2] + y.shape[3:]) if dims == 1 else y
-
-
-def _windows(ctx, x, kernel, strides, dil):
-    if any(d != 1 for d in dil):
-        raise ctx.unsupported("pooling with dilations other than 1")
-    n, c, h, w = x.shape
-    oh, ow = (h - kernel[0]) // strides[0] + 1, (w - kernel[1]) // strides[1] + 1
-    views = []
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            views.append(x[:, :, i:i + (oh - 1) * strides[0] + 1:strides[0],
-                           j:j + (ow - 1) * strides[1] + 1:strides[1]])
-    return gc.stack(views, axis=-1)
-
-
-def _pool(kind):
-    def convert(ctx, a, at):
-        x = ctx.tensor(a[0])
-        if len(ctx.node.output) > 1 and ctx.node.output[1]:
-            raise ctx.unsupported("the Indices output of MaxPool")
-        kernel = list(at["kernel_shape"])
-        fill = 0.0 if kind != "max" else -np.inf if gc.ir.dtypes.is_float(x.dtype) else \
-            int(np.iinfo(gc.ir.dtypes.to_numpy(x.dtype)).min)
-        padded, strides, dil, dims, pads, explicit = _spatial(ctx, x, kernel, at, fill)
-        k2 = kernel if dims == 2 else [1] + kernel
-        v = _windows(ctx, padded, k2, strides, dil)
-        if kind == "max":
-            y = gc.max(v, axis=-1)
-        elif not any(pads):
-            y = gc.mean(v, axis=-1)
-        else:
-            counts = _window_counts(x.shape[2:], at, pads, explicit, k2, strides, dims)
-            y = gc.sum(v, axis=-1) / ctx.tensor(counts, v.dtype)
-        return gc.reshape(y, y.shape[:2] + y.shape[3:]) if dims == 1 else y
-    return convert
-
-
-def _window_counts(spatial, at, pads, explicit, kernel, strides, dims):
-    """How many cells each average window divides by: the input's own cells, plus the
-    explicit (or auto_pad) pads with count_include_pad; never the ceil_mode overhang."""
-    if dims == 1:
-        spatial = (1,) + tuple(spatial)
-    ones = np.ones(spatial, np.float64)
-    if at.get("count_include_pad", 0):
-        ones = np.pad(ones, [(explicit[0], explicit[2]), (explicit[1], explicit[3])],
-                      constant_values=1.0)
-        rest = [pads[i] - explicit[i] for i in range(4)]
-    else:
-        rest = pads
-    ones = np.pad(ones, [(rest[0], rest[2]), (rest[1], rest[3])])
-    oh = (ones.shape[0] - kernel[0]) // strides[0] + 1
-    ow = (ones.shape[1] - kernel[1]) // strides[1] + 1
-    counts = np.zeros((oh, ow))
-    for i in range(kernel[0]):
-        for j in range(kernel[1]):
-            counts += ones[i:i + (oh - 1) * strides[0] + 1:strides[0],
-                           j:j + (ow - 1) * strides[1] + 1:strides[1]]
-    return counts
-
-
-CONVERTERS["MaxPool"] = _pool("max")
-CONVERTERS["AveragePool"] = _pool("avg")
 
 
 @op("GlobalAveragePool", "GlobalMaxPool")

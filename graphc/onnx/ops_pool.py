@@ -1,0 +1,118 @@
+"""MaxPool, AveragePool and LpPool over 1-, 2- or 3-D windows: pads (explicit or auto_pad),
+strides, dilations, ceil_mode and count_include_pad as in the ONNX specs. Each window
+offset is one strided view of the padded input; the views are stacked and reduced."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+import graphc as gc
+
+from .registry import op
+
+
+def geometry(spatial, kernel, at):
+    """(pads_begin, pads_end_including_the_ceil_overhang, explicit pads_end, out sizes,
+    strides, dilations) for the spatial input sizes."""
+    dims = len(spatial)
+    strides = list(at.get("strides", [1] * dims))
+    dil = list(at.get("dilations", [1] * dims))
+    pads = list(at.get("pads", [0] * (2 * dims)))
+    auto = at.get("auto_pad", "NOTSET")
+    begin, end, out = [], [], []
+    for k in range(dims):
+        n, s, span = spatial[k], strides[k], (kernel[k] - 1) * dil[k] + 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-n // s)
+            total = max((o - 1) * s + span - n, 0)
+            small = total // 2
+            pb, pe = (small, total - small) if auto == "SAME_UPPER" else (total - small, small)
+        elif auto == "VALID":
+            pb, pe = 0, 0
+            o = (n - span) // s + 1
+        else:
+            pb, pe = pads[k], pads[k + dims]
+            room = n + pb + pe - span
+            if at.get("ceil_mode", 0):
+                o = -(-room // s) + 1
+                if (o - 1) * s >= n + pb:              # the last window must start inside
+                    o -= 1
+            else:
+                o = room // s + 1
+        begin.append(pb)
+        end.append(pe)
+        out.append(o)
+    reach = [max(end[k], (out[k] - 1) * strides[k] + (kernel[k] - 1) * dil[k] + 1 -
+                 spatial[k] - begin[k]) for k in range(dims)]
+    return begin, reach, end, out, strides, dil
+
+
+def windows(x, kernel, begin, reach, out, strides, dil, fill):
+    """[N, C, *out, prod(kernel)]: every window's cells, the input padded with `fill`."""
+    dims = len(kernel)
+    if any(begin) or any(reach):
+        x = gc.pad(x, [(0, 0), (0, 0)] + [(begin[k], reach[k]) for k in range(dims)],
+                   constant_values=fill)
+    views = []
+    for offset in itertools.product(*[range(k) for k in kernel]):
+        key = (slice(None), slice(None)) + tuple(
+            slice(offset[k] * dil[k], offset[k] * dil[k] + (out[k] - 1) * strides[k] + 1,
+                  strides[k]) for k in range(dims))
+        views.append(x[key])
+    return gc.stack(views, axis=-1)
+
+
+def _counts(spatial, kernel, begin, reach, end, out, strides, dil, include_pad):
+    """Cells each average window divides by: the input's own, plus the pads (not the
+    ceil_mode overhang) with count_include_pad."""
+    ones = np.ones(spatial)
+    if include_pad:
+        ones = np.pad(ones, [(begin[k], end[k]) for k in range(len(spatial))],
+                      constant_values=1.0)
+        ones = np.pad(ones, [(0, reach[k] - end[k]) for k in range(len(spatial))])
+    else:
+        ones = np.pad(ones, [(begin[k], reach[k]) for k in range(len(spatial))])
+    counts = np.zeros(out)
+    for offset in itertools.product(*[range(k) for k in kernel]):
+        key = tuple(slice(offset[k] * dil[k], offset[k] * dil[k] + (out[k] - 1) * strides[k]
+                          + 1, strides[k]) for k in range(len(kernel)))
+        counts += ones[key]
+    return counts
+
+
+def _pool(kind):
+    def convert(ctx, a, at):
+        x = ctx.tensor(a[0])
+        dims = x.ndim - 2
+        if dims not in (1, 2, 3):
+            raise ctx.unsupported(f"{dims}-D windows (graphc pools 1-, 2- and 3-D)")
+        if kind == "max" and len(ctx.node.output) > 1 and ctx.node.output[1]:
+            raise ctx.unsupported("the Indices output of MaxPool")
+        kernel = list(at["kernel_shape"])
+        begin, reach, end, out, strides, dil = geometry(x.shape[2:], kernel, at)
+        is_float = gc.ir.dtypes.is_float(x.dtype)
+        if kind == "max":
+            fill = -np.inf if is_float else int(np.iinfo(gc.ir.dtypes.to_numpy(x.dtype)).min)
+            return gc.max(windows(x, kernel, begin, reach, out, strides, dil, fill), -1)
+        if kind == "lp":
+            p = at.get("p", 2)
+            v = windows(gc.abs(x), kernel, begin, reach, out, strides, dil, 0.0)
+            if p == 1:
+                return gc.sum(v, -1)
+            if p == 2:
+                return gc.sqrt(gc.sum(v * v, -1))
+            pw = ctx.tensor(np.asarray(p), x.dtype)
+            return gc.sum(v ** pw, -1) ** (ctx.tensor(np.asarray(1.0), x.dtype) / pw)
+        v = windows(x, kernel, begin, reach, out, strides, dil, 0.0)
+        if not any(begin) and not any(reach):
+            return gc.mean(v, -1)
+        counts = _counts(x.shape[2:], kernel, begin, reach, end, out, strides, dil,
+                         bool(at.get("count_include_pad", 0)))
+        return gc.sum(v, -1) / ctx.tensor(counts, x.dtype)
+    return convert
+
+
+op("MaxPool")(_pool("max"))
+op("AveragePool")(_pool("avg"))
+op("LpPool")(_pool("lp"))
