@@ -1,0 +1,172 @@
+"""Integer and quantization ops: BitShift, BitwiseNot, QuantizeLinear, DequantizeLinear
+(per tensor, per axis, blocked), MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv.
+8-bit values are held in int32 (graphc/onnx/dtypes.py); integer products are exact."""
+from __future__ import annotations
+
+import numpy as np
+
+import graphc as gc
+
+from . import dtypes as odt
+from .registry import op
+
+UINT8 = 2
+
+
+def _narrow_range(t):
+    name, bits, signed = odt.NARROW[t]
+    info = np.iinfo(np.dtype(name))
+    return int(info.min), int(info.max)
+
+
+@op("BitShift")
+def _bitshift(ctx, a, at):
+    x, s = ctx.tensor(a[0]), ctx.tensor(a[1])
+    t = ctx.operand_types[0]
+    if t is None or odt.NARROW[t][2]:
+        raise ctx.unsupported("BitShift of a type other than uint8/16/32")
+    bits = odt.NARROW[t][1]
+    table = ctx.tensor(np.array([1 << k for k in range(bits + 1)], np.int64).astype(x.dtype))
+    factor = gc.take(table, gc.clip(gc.cast(s, "int64"), 0, bits))
+    if at["direction"] == "LEFT":
+        return x * factor                                  # wrapped into the type after
+    return gc.floor_divide(x, factor)
+
+
+@op("BitwiseNot")
+def _bitwise_not(ctx, a, at):
+    x = ctx.tensor(a[0])
+    if x.dtype == "bool":
+        return gc.logical_not(x)
+    return gc.bitwise_xor(x, ctx.tensor(np.asarray(-1, gc.ir.dtypes.to_numpy(x.dtype))))
+
+
+def _per_axis(ctx, v, x, axis, block):
+    """A scale or zero point broadcast against x: scalar, 1-D along `axis`, or blocked."""
+    v = ctx.tensor(v)
+    if v.ndim == 0 or v.size == 1:
+        return gc.reshape(v, ())
+    axis = axis + x.ndim if axis < 0 else axis
+    if block:
+        idx = ctx.tensor(np.arange(x.shape[axis]) // block)
+        return gc.take(v, idx, axis=axis)
+    shape = [1] * x.ndim
+    shape[axis] = v.shape[0]
+    return gc.reshape(v, tuple(shape))
+
+
+def _out_type(ctx, at, zp_index):
+    t = at.get("output_dtype", 0)
+    if not t:
+        t = ctx.operand_types[zp_index] if len(ctx.operand_types) > zp_index and \
+            ctx.operand_types[zp_index] else UINT8
+    if t not in odt.NARROW or odt.NARROW[t][1] > 16:
+        raise ctx.unsupported(f"quantizing to element type {t} (graphc quantizes to 8/16-bit "
+                              f"integers)")
+    return t
+
+
+def quantize(ctx, y, t, zp):
+    """saturate(round_half_even(y) + zp) into type t, held in int32."""
+    lo, hi = _narrow_range(t)
+    q = gc.round(y)
+    if zp is not None:
+        q = q + gc.cast(zp, q.dtype)
+    return gc.cast(gc.clip(q, float(lo), float(hi)), "int32")
+
+
+@op("QuantizeLinear")
+def _quantize(ctx, a, at):
+    x = ctx.tensor(a[0])
+    if at.get("precision", 0):
+        raise ctx.unsupported("the precision attribute")
+    axis, block = at.get("axis", 1), at.get("block_size", 0)
+    scale = _per_axis(ctx, a[1], x, axis, block)
+    zp = _per_axis(ctx, a[2], x, axis, block) if len(a) > 2 and a[2] is not None else None
+    t = _out_type(ctx, at, 2)
+    ft = "float32" if x.dtype in ("float16", "bfloat16") else x.dtype
+    return quantize(ctx, gc.cast(x, ft) / gc.cast(scale, ft), t, zp)
+
+
+@op("DequantizeLinear")
+def _dequantize(ctx, a, at):
+    x = ctx.tensor(a[0])
+    axis, block = at.get("axis", 1), at.get("block_size", 0)
+    scale = _per_axis(ctx, a[1], x, axis, block)
+    out = odt.DTYPES.get(at.get("output_dtype", 0)) or scale.dtype
+    v = gc.cast(x, "float32" if out != "float64" else "float64")
+    if len(a) > 2 and a[2] is not None:
+        v = v - gc.cast(_per_axis(ctx, a[2], x, axis, block), v.dtype)
+    return gc.cast(v * gc.cast(scale, v.dtype), out)
+
+
+def _centered(ctx, v, zp, axis_of_zp, ndim):
+    """v - zp as float64 (exact for 8-bit operands); a 1-D zp runs along `axis_of_zp`."""
+    v = gc.cast(ctx.tensor(v), "float64")
+    if zp is None:
+        return v
+    z = gc.cast(ctx.tensor(zp), "float64")
+    if z.ndim == 1 and z.size > 1:
+        shape = [1] * ndim
+        shape[axis_of_zp] = z.shape[0]
+        z = gc.reshape(z, tuple(shape))
+    elif z.ndim:
+        z = gc.reshape(z, ()) if z.size == 1 else z
+    return v - z
+
+
+@op("MatMulInteger")
+def _matmul_integer(ctx, a, at):
+    a = list(a) + [None] * (4 - len(a))
+    x, w = ctx.tensor(a[0]), ctx.tensor(a[1])
+    xa = _centered(ctx, x, a[2], x.ndim - 2, x.ndim)          # per-row zero points of A
+    wb = _centered(ctx, w, a[3], w.ndim - 1, w.ndim)          # per-column zero points of B
+    return gc.cast(gc.matmul(xa, wb), "int32")
+
+
+def _conv_f64(ctx, x, w, at):
+    from .registry import CONVERTERS
+    return CONVERTERS["Conv"](ctx, [x, w], {k: v for k, v in at.items()})
+
+
+@op("ConvInteger")
+def _conv_integer(ctx, a, at):
+    a = list(a) + [None] * (4 - len(a))
+    x = _centered(ctx, a[0], a[2], 1, np.ndim(a[0]) if not isinstance(a[0], gc.Tensor)
+                  else a[0].ndim)
+    w = _centered(ctx, a[1], a[3], 0, np.ndim(a[1]) if not isinstance(a[1], gc.Tensor)
+                  else a[1].ndim)
+    return gc.cast(_conv_f64(ctx, x, w, at), "int32")
+
+
+def _requantize(ctx, acc, scale, t, zp):
+    return quantize(ctx, gc.cast(acc, "float32") * gc.cast(scale, "float32"), t, zp)
+
+
+@op("QLinearMatMul")
+def _qlinear_matmul(ctx, a, at):
+    x, w = ctx.tensor(a[0]), ctx.tensor(a[3])
+    xa = _centered(ctx, x, a[2], x.ndim - 2, x.ndim)
+    wb = _centered(ctx, w, a[5], w.ndim - 1, w.ndim)
+    acc = gc.matmul(xa, wb)
+    sa, sb, sy = (gc.cast(ctx.tensor(v), "float32") for v in (a[1], a[4], a[6]))
+    sa = gc.reshape(sa, (-1, 1)) if sa.ndim == 1 and sa.size > 1 else sa
+    scale = sa * sb / sy
+    return _requantize(ctx, acc, scale, _out_type(ctx, {}, 7), ctx.tensor(a[7]))
+
+
+@op("QLinearConv")
+def _qlinear_conv(ctx, a, at):
+    a = list(a) + [None] * (9 - len(a))
+    x = _centered(ctx, a[0], a[2], 1, a[0].ndim if isinstance(a[0], gc.Tensor) else
+                  np.ndim(a[0]))
+    w = _centered(ctx, a[3], a[5], 0, a[3].ndim if isinstance(a[3], gc.Tensor) else
+                  np.ndim(a[3]))
+    acc = _conv_f64(ctx, x, w, at)
+    if a[8] is not None:
+        acc = acc + gc.reshape(gc.cast(ctx.tensor(a[8]), "float64"), (1, -1) + (1,) *
+                               (acc.ndim - 2))
+    sx, sw, sy = (gc.cast(ctx.tensor(v), "float32") for v in (a[1], a[4], a[6]))
+    if sw.ndim == 1 and sw.size > 1:
+        sw = gc.reshape(sw, (1, -1) + (1,) * (acc.ndim - 2))
+    return _requantize(ctx, acc, sx * sw / sy, _out_type(ctx, {}, 7), ctx.tensor(a[7]))
