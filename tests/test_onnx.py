@@ -197,6 +197,27 @@ def test_shape_subgraphs_fold_to_constants():
     assert "reshape" in ops and not ops & {"concatenate", "gather"}, ops
 
 
+@pytest.mark.parametrize("inverse,onesided", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_dft_matches_numpy_fft_in_float64(inverse, onesided, rng):
+    signal = rng.normal(size=(2, 16)) + 1j * rng.normal(size=(2, 16))
+    if inverse and onesided:
+        spectrum = np.fft.rfft(rng.normal(size=(2, 16)), axis=1)
+        x = np.stack([spectrum.real, spectrum.imag], -1)
+        want = np.fft.irfft(spectrum, 16, axis=1)[..., None]
+    else:
+        x = np.stack([signal.real, signal.imag], -1)
+        fn = np.fft.ifft if inverse else np.fft.fft
+        full = fn(signal, axis=1)
+        full = full[:, :9] if onesided else full
+        want = np.stack([full.real, full.imag], -1)
+    node = helper.make_node("DFT", ["x", "", "axis"], ["y"], inverse=inverse,
+                            onesided=onesided)
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    m = _model([node], [_vi("x", list(x.shape), TensorProto.DOUBLE)],
+               [_vi("y", list(want.shape), TensorProto.DOUBLE)], [axis], opset=20)
+    np.testing.assert_allclose(gonnx.compile(m)(x=x)["y"], want, atol=1e-12)
+
+
 def test_backend_supports_devices_and_run_node(rng):
     assert backend.supports_device("CPU") and backend.supports_device("CUDA:0")
     assert not backend.supports_device("TPU")

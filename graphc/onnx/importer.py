@@ -245,7 +245,7 @@ def _convert_node(ctx, node, env, depth: int = 0):
     """Convert one ONNX node into env (its outputs by name); ops graphc has no converter
     for, but that the ONNX schema defines as a function, are inlined."""
     from . import (functions, ops, ops_math, ops_nn, ops_pool, ops_quant,  # noqa: F401
-                   ops_resize, ops_rnn)
+                   ops_resize, ops_rnn, ops_signal)
     from .registry import CONVERTERS
     ctx.node = node
     if node.domain not in ("", "ai.onnx"):

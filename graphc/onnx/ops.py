@@ -481,8 +481,8 @@ def _gather(ctx, a, at):
 def _pad(ctx, a, at):
     x = ctx.tensor(a[0])
     mode = at.get("mode", "constant")
-    if mode != "constant":
-        raise ctx.unsupported(f"mode {mode!r} (only 'constant' is supported)")
+    if mode not in ("constant", "edge", "reflect", "wrap"):
+        raise ctx.unsupported(f"mode {mode!r}")
     if ctx.opset < 11:
         pads, value = list(at.get("pads", at.get("paddings"))), at.get("value", 0.0)
         axes = None
@@ -500,8 +500,29 @@ def _pad(ctx, a, at):
             enumerate(zip(low, high))]
     if any(v < 0 for v in low + high):
         x = x[tuple(crop)]
+    if mode != "constant":
+        for ax in range(x.ndim):
+            lo, hi = max(low[ax], 0), max(high[ax], 0)
+            if lo or hi:
+                x = gc.take(x, ctx.tensor(_pad_source(x.shape[ax], lo, hi, mode)), axis=ax)
+        return x
     return gc.pad(x, [(max(lo, 0), max(hi, 0)) for lo, hi in zip(low, high)],
                   constant_values=value)
+
+
+def _pad_source(n, lo, hi, mode):
+    """For each position of a padded axis, the input position it copies (edge, reflect or
+    wrap padding)."""
+    i = np.arange(-lo, n + hi)
+    if mode == "edge":
+        return np.clip(i, 0, n - 1)
+    if mode == "wrap":
+        return np.mod(i, n)
+    if n == 1:
+        return np.zeros_like(i)
+    period = 2 * (n - 1)                        # reflect: ... 2 1 | 0 1 2 ... n-1 | n-2 ...
+    m = np.mod(i, period)
+    return np.where(m < n, m, period - m)
 
 
 # -- reductions -----------------------------------------------------------------------------

@@ -209,3 +209,38 @@ def _space_to_depth(ctx, a, at):
     perm = (0, 3, 5, 1, 2, 4) if at.get("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
     y = gc.transpose(gc.reshape(x, (n, c, h // b, b, w // b, b)), perm)
     return gc.reshape(y, (n, c * b * b, h // b, w // b))
+
+
+@op("LRN")
+def _lrn(ctx, a, at):
+    x = ctx.tensor(a[0])
+    size = at["size"]
+    alpha, beta, bias = at.get("alpha", 1e-4), at.get("beta", 0.75), at.get("bias", 1.0)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = gc.pad(x * x, [(0, 0), (lo, hi)] + [(0, 0)] * (x.ndim - 2))
+    c = x.shape[1]
+    total = None
+    for k in range(size):
+        part = sq[:, k:k + c]
+        total = part if total is None else total + part
+    base = _scalar(ctx, bias, x) + _scalar(ctx, alpha / size, x) * total
+    return x / base ** _scalar(ctx, beta, x)
+
+
+@op("ReverseSequence")
+def _reverse_sequence(ctx, a, at):
+    x = ctx.tensor(a[0])
+    t_axis, b_axis = at.get("time_axis", 0), at.get("batch_axis", 1)
+    lens = gc.cast(ctx.tensor(a[1]), "int64")
+    n_t, n_b = x.shape[t_axis], x.shape[b_axis]
+    shape = [1] * x.ndim
+    shape[t_axis], shape[b_axis] = n_t, n_b
+    t = ctx.tensor(np.arange(n_t, dtype=np.int64).reshape(
+        [n_t if d == t_axis else 1 for d in range(x.ndim)]))
+    bshape = [n_b if d == b_axis else 1 for d in range(x.ndim)]
+    length = gc.reshape(lens, tuple(bshape))
+    src = gc.where(t < length, length - ctx.tensor(np.int64(1)) - t, t)
+    src = gc.broadcast_to(src, tuple(shape))
+    full = tuple(x.shape[d] if d not in (t_axis, b_axis) else 1 for d in range(x.ndim))
+    src = gc.broadcast_to(src, tuple(max(p, q) for p, q in zip(shape, full)))
+    return gc.take_along_axis(x, src, t_axis)

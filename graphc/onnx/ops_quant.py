@@ -21,16 +21,32 @@ def _narrow_range(t):
 
 @op("BitShift")
 def _bitshift(ctx, a, at):
-    x, s = ctx.tensor(a[0]), ctx.tensor(a[1])
+    x, s = ctx.tensor(a[0]), gc.cast(ctx.tensor(a[1]), "int64")
     t = ctx.operand_types[0]
-    if t is None or odt.NARROW[t][2]:
-        raise ctx.unsupported("BitShift of a type other than uint8/16/32")
-    bits = odt.NARROW[t][1]
-    table = ctx.tensor(np.array([1 << k for k in range(bits + 1)], np.int64).astype(x.dtype))
-    factor = gc.take(table, gc.clip(gc.cast(s, "int64"), 0, bits))
+    if t is not None:
+        _, bits, signed = odt.NARROW[t]
+    elif x.dtype in ("int32", "int64"):
+        bits, signed = (32 if x.dtype == "int32" else 64), True
+    else:
+        raise ctx.unsupported(f"BitShift of {x.dtype}")
+    wide = gc.cast(x, "int64")
+    zero, minus_one = ctx.tensor(np.int64(0)), ctx.tensor(np.int64(-1))
+    valid = gc.logical_and(s >= zero, s < ctx.tensor(np.int64(bits)))
     if at["direction"] == "LEFT":
-        return x * factor                                  # wrapped into the type after
-    return gc.floor_divide(x, factor)
+        # 2**k as int64 bit patterns (2**63 wraps to the sign bit): products wrap likewise
+        table = np.array([np.uint64(1) << np.uint64(k) for k in range(64)],
+                         np.uint64).view(np.int64)[:bits]
+        y = wide * gc.take(ctx.tensor(table), gc.clip(s, 0, bits - 1))
+        y = gc.where(valid, y, zero)
+        if t is None and bits == 32:
+            y = gc.bitwise_and(y + ctx.tensor(np.int64(1 << 31)),
+                               ctx.tensor(np.int64((1 << 32) - 1))) - ctx.tensor(np.int64(1 << 31))
+    else:
+        table = np.array([1 << k for k in range(min(bits, 63))], np.int64)
+        y = gc.floor_divide(wide, gc.take(ctx.tensor(table), gc.clip(s, 0, min(bits, 63) - 1)))
+        sign = gc.where(wide < zero, minus_one, zero) if signed else zero
+        y = gc.where(gc.logical_and(valid, s < ctx.tensor(np.int64(63))), y, sign)
+    return gc.cast(y, x.dtype)
 
 
 @op("BitwiseNot")
