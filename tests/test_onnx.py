@@ -144,6 +144,20 @@ def test_narrow_integers_wrap_like_their_onnx_type(elem, np_dtype, rng):
         exe(a=a.astype(np.int64), b=b)
 
 
+@pytest.mark.parametrize("to", ["INT4", "UINT4"])
+def test_out_of_range_casts_to_4_bit_wrap_like_onnxruntime(to):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (test extra) is missing")
+    t = getattr(TensorProto, to)
+    nodes = [helper.make_node("Cast", ["x"], ["q"], to=t),
+             helper.make_node("Cast", ["q"], ["y"], to=TensorProto.INT32)]
+    m = _model(nodes, [_vi("x", [8])], [_vi("y", [8], TensorProto.INT32)], opset=21)
+    m.ir_version = 10
+    x = np.array([-9, -8, -1, 0, 7, 8, 15, 16], np.float32)
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(gonnx.compile(m)(x=x)["y"], want)
+
+
 def test_symbolic_dims_need_shapes_and_the_backend_specializes(rng):
     m = _model([helper.make_node("Sigmoid", ["x"], ["y"])], [_vi("x", ["batch", 3])],
                [_vi("y", ["batch", 3])])

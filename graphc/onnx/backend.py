@@ -88,7 +88,8 @@ class GraphcRep(BackendRep):
 def _array(value):
     """A feed as a numpy array (TensorProto feeds, as some conformance cases give, too)."""
     if isinstance(value, np.ndarray):
-        return value
+        from .dtypes import plain
+        return plain(value)
     if type(value).__name__ == "TensorProto":
         from .dtypes import to_array
         return to_array(value)

@@ -31,6 +31,30 @@ REFERENCE_ERRORS = {
                         "1e-7); graphc's are within 4.5e-7",
     "test_dft_inverse_opset19": "as test_dft_inverse",
 }
+# onnx < 1.19 only: its expected int8 QLinearMatMul outputs differ from onnx 1.23's, which
+# graphc matches (the same cases pass there)
+OLD_REFERENCE_ERRORS = {f"test_qlinearmatmul_{d}_int8_{f}" for d in ("2D", "3D")
+                        for f in ("float16", "float32")} | {
+    "test_averagepool_3d_dilations_large_count_include_pad_is_1_ceil_mode_is_True"}
+
+
+# Out-of-range float -> 4/2-bit integer casts are unspecified by the ONNX Cast spec and the
+# implementations disagree: onnx 1.17's reference saturates, onnx 1.23's gives 0,
+# onnxruntime 1.32 wraps. graphc wraps (like onnxruntime, and like all its narrow integers;
+# tests/test_onnx.py compares with onnxruntime). These cases feed out-of-range values.
+UNSPECIFIED = {f"test_{op}_{src}_to_{dst}{tail}" for op in ("cast", "castlike")
+               for src in ("FLOAT", "FLOAT16") for dst in ("INT4", "UINT4", "INT2", "UINT2")
+               for tail in ("", "_expanded")}
+
+
+def reference_error(name: str) -> bool:
+    """Whether a wrong result for case `name` is a known error of the expected values (or
+    an unspecified behaviour where graphc follows onnxruntime)."""
+    if name in REFERENCE_ERRORS or name in UNSPECIFIED:
+        return True
+    import onnx
+    old = tuple(int(p) for p in onnx.__version__.split(".")[:2]) < (1, 19)
+    return old and name in OLD_REFERENCE_ERRORS
 
 
 @dataclasses.dataclass
@@ -152,15 +176,19 @@ def main(argv=None) -> int:
     print(f"{total} cases in {time.time() - t0:.0f} s: {counts[PASS]} passed "
           f"({100 * counts[PASS] / max(total, 1):.1f}%), {counts[UNSUPPORTED]} refused, "
           f"{counts[WRONG]} wrong, {counts[ERROR]} errors")
+    known = [r for r in results if r.status == WRONG and reference_error(r.name)]
+    if known:
+        print(f"  {len(known)} of the wrong ones are known errors of the expected values or "
+              f"unspecified behaviour (REFERENCE_ERRORS, UNSPECIFIED in this module)")
     for r in results:
-        if r.status in (WRONG, ERROR):
+        if r.status == ERROR or (r.status == WRONG and not reference_error(r.name)):
             print(f"  {r.status}: {r.name}: {r.detail[:200]}")
     if "--table" in (argv if argv is not None else sys.argv[1:]):
         print(table(results))
         print()
         for why, n in reasons(results, 60):
             print(f"- {n} {why}")
-    return 0 if not counts[WRONG] and not counts[ERROR] else 1
+    return 0 if counts[WRONG] == len(known) and not counts[ERROR] else 1
 
 
 if __name__ == "__main__":

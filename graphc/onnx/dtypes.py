@@ -10,13 +10,22 @@ DTYPES = {1: "float32", 11: "float64", 10: "float16", 16: "bfloat16", 6: "int32"
           9: "bool"}
 TYPE_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5: "INT16",
               6: "INT32", 7: "INT64", 8: "STRING", 9: "BOOL", 10: "FLOAT16", 11: "DOUBLE",
-              12: "UINT32", 13: "UINT64", 14: "COMPLEX64", 15: "COMPLEX128", 16: "BFLOAT16"}
+              12: "UINT32", 13: "UINT64", 14: "COMPLEX64", 15: "COMPLEX128", 16: "BFLOAT16",
+              17: "FLOAT8E4M3FN", 18: "FLOAT8E4M3FNUZ", 19: "FLOAT8E5M2", 20: "FLOAT8E5M2FNUZ",
+              21: "UINT4", 22: "INT4", 23: "FLOAT4E2M1", 24: "FLOAT8E8M0", 25: "UINT2",
+              26: "INT2"}
 
 
 # 8/16/32-bit integers graphc lacks: stored in a wider graphc integer, wrapped back into
 # their range after each op that may leave it, converted at the executable's boundary
 NARROW = {2: ("uint8", 8, False), 3: ("int8", 8, True), 4: ("uint16", 16, False),
           5: ("int16", 16, True), 12: ("uint32", 32, False)}
+# 4- and 2-bit integers, where the installed ml_dtypes has them
+for _code, _spec in {21: ("uint4", 4, False), 22: ("int4", 4, True), 25: ("uint2", 2, False),
+                     26: ("int2", 2, True)}.items():
+    import ml_dtypes
+    if hasattr(ml_dtypes, _spec[0]):
+        NARROW[_code] = _spec
 NARROW_NUMPY = {name: code for code, (name, _, _) in NARROW.items()}
 
 
@@ -26,7 +35,17 @@ def compute_dtype(elem_type: int) -> str:
 
 
 def numpy_dtype(elem_type: int):
-    return np.dtype(NARROW[elem_type][0])
+    name = NARROW[elem_type][0]
+    if NARROW[elem_type][1] < 8:
+        import ml_dtypes
+        return np.dtype(getattr(ml_dtypes, name))
+    return np.dtype(name)
+
+
+def value_range(elem_type: int) -> tuple[int, int]:
+    """(lowest, highest) value of a narrow integer type."""
+    _, bits, signed = NARROW[elem_type]
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
 
 
 def wrap(value, elem_type: int):
@@ -65,6 +84,18 @@ def to_array(tensor):
     arr = numpy_helper.to_array(tensor)
     if tensor.data_type == 16 and arr.dtype == "uint16":
         arr = arr.view(ml_dtypes.bfloat16)
+    return plain(arr)
+
+
+def plain(arr):
+    """onnx < 1.19 gives 4-bit integers a structured dtype (one field named 'int4' or
+    'uint4' over int8/uint8): the values as the ml_dtypes type instead."""
+    import ml_dtypes
+    fields = arr.dtype.fields
+    if fields and len(fields) == 1:
+        (name,) = fields
+        if hasattr(ml_dtypes, name):
+            return arr.view(arr.dtype.base).astype(getattr(ml_dtypes, name))
     return arr
 
 

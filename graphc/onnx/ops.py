@@ -10,6 +10,7 @@ import numpy as np
 
 import graphc as gc
 
+from . import dtypes as odt
 from .dtypes import DTYPES, dtype_of
 
 from .ops_pool import geometry
@@ -234,21 +235,29 @@ def _clip(ctx, a, at):
     return out
 
 
+def _cast_to(ctx, x, to: str, narrow):
+    """x cast to graphc dtype `to` (a narrow integer type's compute dtype: the importer wraps
+    the result into its range, two's-complement style, as onnxruntime does)."""
+    return gc.cast(ctx.tensor(x), to)
+
+
 @op("Cast")
 def _cast(ctx, a, at):
     to = dtype_of(at["to"], f"{ctx.where()} attribute to")
-    if not isinstance(a[0], gc.Tensor):
+    narrow = at["to"] if at["to"] in odt.NARROW else None
+    if not isinstance(a[0], gc.Tensor) and narrow is None:
         return np.asarray(a[0]).astype(gc.ir.dtypes.to_numpy(to))
-    return gc.cast(a[0], to)
+    return _cast_to(ctx, a[0], to, narrow)
 
 
 @op("CastLike")
 def _castlike(ctx, a, at):
     to = a[1].dtype if isinstance(a[1], gc.Tensor) else gc.ir.dtypes.canonical(
         np.asarray(a[1]).dtype)
-    if not isinstance(a[0], gc.Tensor):
+    narrow = ctx.operand_types[1] if len(ctx.operand_types) > 1 else None
+    if not isinstance(a[0], gc.Tensor) and narrow is None:
         return np.asarray(a[0]).astype(gc.ir.dtypes.to_numpy(to))
-    return gc.cast(a[0], to)
+    return _cast_to(ctx, a[0], to, narrow)
 
 
 @op("Identity")

@@ -14,9 +14,7 @@ UINT8 = 2
 
 
 def _narrow_range(t):
-    name, bits, signed = odt.NARROW[t]
-    info = np.iinfo(np.dtype(name))
-    return int(info.min), int(info.max)
+    return odt.value_range(t)
 
 
 @op("BitShift")
