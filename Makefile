@@ -47,6 +47,7 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(PY) -m bench
 	$(PY) -m bench.profiler
+	$(PY) -m bench.onnx
 
 clean:
 	rm -rf $(VENV) $(LOW_VENV) build *.egg-info

@@ -21,3 +21,13 @@ def test_bench_runs_every_workload_and_writes_json(tmp_path, capsys):
     import llvmlite
     assert f"llvmlite {llvmlite.__version__}, llvm " in printed
     assert result["versions"]["llvmlite"] == llvmlite.__version__
+
+
+def test_onnx_bench_compares_with_onnxruntime(capsys):
+    import pytest
+    pytest.importorskip("onnxruntime", reason="onnxruntime (test extra) is not installed")
+    from bench.onnx import main as onnx_main
+    assert onnx_main(["--quick", "--models", "mobilenet", "gpt"]) == 0
+    printed = capsys.readouterr().out
+    assert "graphc vs onnxruntime" in printed and "geometric mean ratio" in printed
+    assert "mobilenet" in printed and "gpt" in printed

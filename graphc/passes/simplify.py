@@ -2,7 +2,9 @@
 
 x+0, x-0, x*1, x/1, x-x (integers only), neg(neg x), convert to the same dtype,
 reshape/transpose/broadcast chains and no-op views, select on a constant predicate,
-and the sum of a broadcast (a multiply by the number of copies).
+and the sum of a broadcast (a multiply by the number of copies). Also x ** n for a
+constant n in 1..4 becomes products (x**2 exactly x*x; x**3 and x**4 round once per
+product, closer than the general pow's exp(n log x), and a fraction of its cost).
 """
 from __future__ import annotations
 
@@ -49,6 +51,16 @@ def _simplify(b: Builder, node: Node, ins: list):
             return ins[1]
     if op == "div" and _is(ins[1], 1):
         return ins[0]
+    if op == "pow" and dtypes.is_float(node.dtype) and ins[0].shape == node.shape:
+        for n in (1, 2, 3, 4):
+            if _is(ins[1], n):
+                x = ins[0]
+                if n == 1:
+                    return x
+                sq = b.add("mul", (x, x), {}, like=node)
+                if n == 2:
+                    return sq
+                return b.add("mul", (sq, x if n == 3 else sq), {}, like=node)
     if op == "neg" and ins[0].op == "neg":
         return ins[0].inputs[0]
     if op == "convert" and ins[0].dtype == node.dtype:

@@ -1,0 +1,88 @@
+"""graphc against onnxruntime on the ONNX models of bench/onnx_models.py: `python -m
+bench.onnx` (in `make bench`). onnxruntime runs with the CPU execution provider, all graph
+optimizations and intra-op threads = cores; both are timed alternately in the same run at
+batch 1 and 32, and each figure is printed as the ratio onnxruntime / graphc (> 1: graphc
+is faster), with the geometric mean. Outputs are checked against each other first."""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+
+def _time(fn, repeat):
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def run(batches=(1, 32), models=None, repeat: int = 20, rounds: int = 3) -> list[dict]:
+    import onnxruntime as ort
+    import graphc.onnx as gonnx
+    from .onnx_models import MODELS
+    rng = np.random.default_rng(0)
+    cores = os.cpu_count() or 1
+    rows = []
+    for name in models or list(MODELS):
+        for batch in batches:
+            model, make_feeds = MODELS[name](batch)
+            feeds = make_feeds(rng)
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            opts.intra_op_num_threads = cores
+            sess = ort.InferenceSession(model.SerializeToString(), opts,
+                                        providers=["CPUExecutionProvider"])
+            t0 = time.perf_counter()
+            exe = gonnx.compile(model)
+            compile_s = time.perf_counter() - t0
+            want = sess.run(None, feeds)[0]
+            got = next(iter(exe(**feeds).values()))
+            err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
+            g_ms, o_ms = [], []
+            for _ in range(rounds):                     # alternate: same load for both
+                g_ms.append(_time(lambda: exe(**feeds), repeat))
+                o_ms.append(_time(lambda: sess.run(None, feeds), repeat))
+            g, o = min(g_ms), min(o_ms)
+            rows.append({"model": name, "batch": batch, "graphc_ms": g, "onnxruntime_ms": o,
+                         "ratio": o / g, "rel_err": err, "compile_s": compile_s})
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--quick", action="store_true", help="batch 1 only, fewer repeats")
+    p.add_argument("--models", nargs="*")
+    args = p.parse_args(argv)
+    try:
+        import onnxruntime  # noqa: F401
+        import onnx  # noqa: F401
+    except ImportError as e:
+        print(f"bench.onnx: skipped ({e}; install the bench extra)")
+        return 0
+    import onnxruntime
+    rows = run(batches=(1,) if args.quick else (1, 32), models=args.models,
+               repeat=5 if args.quick else 20, rounds=2 if args.quick else 3)
+    print(f"graphc vs onnxruntime {onnxruntime.__version__} (CPU EP, ORT_ENABLE_ALL, "
+          f"{os.cpu_count()} intra-op threads); ratio = onnxruntime / graphc, > 1: graphc "
+          f"faster")
+    print(f"{'model':<10} {'batch':>5} {'graphc ms':>10} {'ort ms':>9} {'ratio':>6} "
+          f"{'rel err':>8} {'compile s':>9}")
+    for r in rows:
+        print(f"{r['model']:<10} {r['batch']:>5} {r['graphc_ms']:>10.3f} "
+              f"{r['onnxruntime_ms']:>9.3f} {r['ratio']:>6.2f} {r['rel_err']:>8.1e} "
+              f"{r['compile_s']:>9.2f}")
+    geo = float(np.exp(np.mean([np.log(r["ratio"]) for r in rows])))
+    print(f"geometric mean ratio: {geo:.2f}")
+    bad = [r for r in rows if r["rel_err"] > 1e-3]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
