@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,examples,distributed,onnx]'
+	$(PY) -m pip install -q -e '.[test,examples,distributed,onnx,export]'
 	touch $(STAMP)
 
 demo: $(STAMP)

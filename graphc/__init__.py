@@ -28,3 +28,12 @@ from .function import function  # noqa: E402
 from .executable import Executable  # noqa: E402
 from .devices import DeviceArray, cuda, devices, to_device  # noqa: E402
 from . import distributed  # noqa: E402
+
+
+def __getattr__(name):
+    """gc.onnx without an explicit `import graphc.onnx` (it needs the onnx extra, so it is
+    imported on first use only)."""
+    if name == "onnx":
+        import importlib
+        return importlib.import_module(".onnx", __name__)
+    raise AttributeError(f"module 'graphc' has no attribute {name!r}")
