@@ -270,3 +270,28 @@ def test_cli_import_writes_an_artifact_and_viz_draws_the_model(tmp_path, rng):
     r = subprocess.run([GRAPHC, "import", str(tmp_path / "sym.onnx"), "-o", str(out),
                         "--input-shape", "x:4"], capture_output=True, text=True)
     assert r.returncode == 2 and "--input-shape wants" in r.stderr
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("with_c", [False, True])
+def test_batch_norm_after_gemm_folds(trans_b, with_c, rng):
+    from graphc.onnx.rewrites import fold_batch_norm
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (test extra) is missing")
+    w = rng.normal(size=(5, 3) if trans_b else (3, 5)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w")]
+    names = ["x", "w"]
+    if with_c:
+        inits.append(numpy_helper.from_array(rng.normal(size=5).astype(np.float32), "c"))
+        names.append("c")
+    for n, v in (("g", rng.uniform(0.5, 1.5, 5)), ("b", rng.normal(size=5)),
+                 ("m", rng.normal(size=5)), ("v", rng.uniform(0.5, 1.5, 5))):
+        inits.append(numpy_helper.from_array(v.astype(np.float32), n))
+    nodes = [helper.make_node("Gemm", names, ["h"], transB=trans_b, alpha=0.5, beta=2.0),
+             helper.make_node("BatchNormalization", ["h", "g", "b", "m", "v"], ["y"])]
+    m = _model(nodes, [_vi("x", [4, 3])], [_vi("y", [4, 5])], inits)
+    folded, count = fold_batch_norm(m)
+    assert count == 1 and [n.op_type for n in folded.graph.node] == ["Gemm"]
+    x = rng.normal(size=(4, 3)).astype(np.float32)
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(gonnx.compile(m)(x=x)["y"], want, rtol=1e-5, atol=1e-5)
