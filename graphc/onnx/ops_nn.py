@@ -45,16 +45,22 @@ def _flat_positions(ctx, shape, idx, axis):
     return pos
 
 
+MAX_PAIRWISE = 1 << 24
+
+
 def _scatter(ctx, data, positions, updates, reduction, what):
     """data (flattened) with `updates` scattered to `positions` (any shape, same as updates'
-    leading dims); reduction none or add."""
-    if reduction not in ("none", "add"):
-        raise ctx.unsupported(f"reduction={reduction!r} (graphc scatters with none or add)")
+    leading dims); reduction none or add through scatter_add, mul/max/min pairwise."""
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise ctx.unsupported(f"reduction={reduction!r}")
     if data.dtype == "bool":
         raise ctx.unsupported(f"{what} on bool tensors")
     flat = gc.reshape(data, (-1,) + data.shape[len(data.shape) - (updates.ndim -
                                                                   positions.ndim):]) \
         if updates.ndim > positions.ndim else gc.reshape(data, (-1,))
+    if reduction in ("mul", "max", "min"):
+        return gc.reshape(_scatter_pairwise(ctx, flat, positions, updates, reduction, what),
+                          data.shape)
     zeros = gc.zeros_like(flat)
     added = bind("scatter_add", zeros, positions, updates, axis=0)
     if reduction == "add":
@@ -64,6 +70,39 @@ def _scatter(ctx, data, positions, updates, reduction, what):
         hit = bind("scatter_add", gc.zeros_like(flat), positions, ones, axis=0)
         out = gc.where(hit > _scalar(ctx, 0, hit), added, flat)
     return gc.reshape(out, data.shape)
+
+
+def _scatter_pairwise(ctx, flat, positions, updates, reduction, what):
+    """Every (target, update) pair compared: each target combines the updates aimed at it
+    (mul, max or min) with its own value."""
+    rows = flat.shape[0]
+    pos = gc.reshape(positions, (-1,))
+    rest = flat.shape[1:]
+    upd = gc.reshape(updates, (pos.shape[0],) + rest)
+    n_upd = pos.shape[0]
+    if rows * n_upd * max(int(np.prod(rest)), 1) > MAX_PAIRWISE:
+        raise ctx.unsupported(f"{what} reduction={reduction!r} over {rows} targets x {n_upd} "
+                              f"updates (graphc compares them pairwise, up to {MAX_PAIRWISE})")
+    hit = gc.reshape(gc.iota((rows, n_upd), 0, "int64"), (rows, n_upd)) == \
+        gc.reshape(pos, (1, n_upd))                                  # [rows, updates]
+    hit_full = gc.reshape(hit, (rows, n_upd) + (1,) * len(rest))
+    spread = gc.reshape(upd, (1, n_upd) + rest)
+    npd = gc.ir.dtypes.to_numpy(flat.dtype)
+    if reduction == "mul":
+        unit = np.ones((), npd)
+    elif gc.ir.dtypes.is_float(flat.dtype):
+        unit = np.asarray(-np.inf if reduction == "max" else np.inf, npd)
+    else:
+        info = np.iinfo(npd)
+        unit = np.asarray(info.min if reduction == "max" else info.max, npd)
+    picked = gc.where(hit_full, spread, ctx.tensor(unit))
+    if reduction == "mul":
+        return flat * gc.prod(picked, 1)
+    combined = gc.max(picked, 1) if reduction == "max" else gc.min(picked, 1)
+    any_hit = gc.reshape(gc.max(gc.cast(hit, "int32"), 1), (rows,) + (1,) * len(rest)) > \
+        ctx.tensor(np.int32(0))
+    both = gc.maximum(flat, combined) if reduction == "max" else gc.minimum(flat, combined)
+    return gc.where(any_hit, both, flat)
 
 
 @op("ScatterElements", "Scatter")
