@@ -271,6 +271,11 @@ def cmd_import(args) -> int:
           f"{', '.join(f'{n} {d}{list(s)}' for n, s, d in sig['inputs'])}; "
           f"{exe.stats['kernels']} kernels, "
           f"arena {exe.stats['arena_bytes']} bytes")
+    narrow = getattr(exe, "onnx_dtypes", None)
+    if narrow:
+        print("the artifact holds these ONNX integer types widened (feed and read them so): "
+              + ", ".join(f"{n} {d} as {'int64' if d.itemsize == 4 else 'int32'}"
+                          for n, d in narrow.items()))
     return 0
 
 
