@@ -295,3 +295,16 @@ def test_batch_norm_after_gemm_folds(trans_b, with_c, rng):
     want = ort.InferenceSession(m.SerializeToString(),
                                 providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(gonnx.compile(m)(x=x)["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_cli_import_says_which_integer_types_it_widens(tmp_path):
+    m = _model([helper.make_node("Add", ["a", "a"], ["y"])], [_vi("a", [4], TensorProto.UINT8)],
+               [_vi("y", [4], TensorProto.UINT8)])
+    onnx.save(m, str(tmp_path / "u8.onnx"))
+    r = subprocess.run([GRAPHC, "import", str(tmp_path / "u8.onnx"), "-o",
+                        str(tmp_path / "u8.gcx")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "a uint8 as int32, y uint8 as int32" in r.stdout
+    import graphc_runtime
+    out = graphc_runtime.load(str(tmp_path / "u8.gcx"))(a=np.array([1, 100, 200, 255], np.int32))
+    np.testing.assert_array_equal(out["y"], [2, 200, 144, 254])
