@@ -7,20 +7,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import time
 
 import numpy as np
 
 
 def _time(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+    from .__main__ import median_ms
+    return median_ms(fn, repeat)
 
 
 def run(batches=(1, 32), models=None, repeat: int = 20, rounds: int = 3) -> list[dict]:

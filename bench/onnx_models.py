@@ -106,6 +106,18 @@ class _Builder:
         return self.linear(ctx, hidden, hidden)
 
 
+def _classifier(b, name, x, h, channels, batch, size, classes):
+    """Global average pool, flatten and a Gemm to the logits; the model and its feeds."""
+    h = b.op("Flatten", [b.op("GlobalAveragePool", [h])], axis=1)
+    b.op("Gemm", [h, b.weight((classes, channels)), b.const(np.zeros(classes, np.float32))],
+         transB=1)
+    b.nodes[-1].output[0] = "logits"
+    m = b.model(name, [helper.make_tensor_value_info(x, TensorProto.FLOAT,
+                                                     [batch, 3, size, size])],
+                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])])
+    return m, lambda rng: {x: rng.normal(size=(batch, 3, size, size)).astype(np.float32)}
+
+
 def resnet(batch: int, width: int = 32, size: int = 32, classes: int = 10):
     b = _Builder(1)
     x = "image"
@@ -117,14 +129,7 @@ def resnet(batch: int, width: int = 32, size: int = 32, classes: int = 10):
         skip = h if (cin == cout and stride == 1) else b.conv_bn(h, cin, cout, 1, stride, act=None)
         h = b.op("Relu", [b.op("Add", [y, skip])])
         cin = cout
-    h = b.op("Flatten", [b.op("GlobalAveragePool", [h])], axis=1)
-    logits = b.op("Gemm", [h, b.weight((classes, cin)), b.const(np.zeros(classes, np.float32))],
-                  transB=1)
-    b.nodes[-1].output[0] = "logits"
-    m = b.model("resnet", [helper.make_tensor_value_info(x, TensorProto.FLOAT,
-                                                         [batch, 3, size, size])],
-                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])])
-    return m, lambda rng: {x: rng.normal(size=(batch, 3, size, size)).astype(np.float32)}
+    return _classifier(b, "resnet", x, h, cin, batch, size, classes)
 
 
 def mobilenet(batch: int, width: int = 32, size: int = 64, classes: int = 10):
@@ -136,14 +141,7 @@ def mobilenet(batch: int, width: int = 32, size: int = 64, classes: int = 10):
         h = b.conv_bn(h, c, c, 3, stride, group=c, act="relu6")        # depthwise
         h = b.conv_bn(h, c, cout, 1, act="relu6")                      # pointwise
         c = cout
-    h = b.op("Flatten", [b.op("GlobalAveragePool", [h])], axis=1)
-    logits = b.op("Gemm", [h, b.weight((classes, c)), b.const(np.zeros(classes, np.float32))],
-                  transB=1)
-    b.nodes[-1].output[0] = "logits"
-    m = b.model("mobilenet", [helper.make_tensor_value_info(x, TensorProto.FLOAT,
-                                                            [batch, 3, size, size])],
-                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])])
-    return m, lambda rng: {x: rng.normal(size=(batch, 3, size, size)).astype(np.float32)}
+    return _classifier(b, "mobilenet", x, h, c, batch, size, classes)
 
 
 def bert(batch: int, seq: int = 64, hidden: int = 128, heads: int = 4, layers: int = 2,
