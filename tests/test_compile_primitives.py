@@ -154,6 +154,9 @@ def test_dot_with_views_and_epilogue(graph, rng):
     ((1, 2, 8, 8), (3, 2, 3, 2), (2, 3), ((1, 2), (0, 1)), (1, 1), (1, 1), 1),
     ((2, 4, 9, 9), (6, 2, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (2, 2), 2),
     ((1, 2, 5, 5), (2, 2, 2, 2), (1, 1), ((1, 1), (-1, 0)), (2, 2), (1, 1), 1),
+    # depthwise (one channel per group): rewritten as a window sum of slices
+    ((2, 4, 9, 8), (4, 1, 3, 2), (2, 1), ((1, 2), (0, 1)), (1, 1), (2, 1), 4),
+    ((1, 3, 6, 6), (3, 1, 2, 2), (1, 1), ((1, -1), (0, 0)), (1, 1), (1, 1), 3),
 ])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_conv(graph, rng, xshape, wshape, stride, pad, ldil, rdil, groups, dtype):

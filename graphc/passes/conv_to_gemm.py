@@ -6,6 +6,9 @@ transpose the product back to (N, O, *out). Two layouts, whichever needs fewer s
 - per window offset (im2col): patches^T (C*window, N*out), then w(O, C*window) @ patches^T;
 - per output position (for large windows over small outputs, as in a kernel gradient):
   patches (out*N, C*window) @ w(O, C*window)^T, one slice per output position.
+Depthwise convolutions (one input channel per group, as in MobileNet) become a sum over
+the window of strided slices times per-channel weights: one fused loop kernel that
+vectorizes along the output rows, instead of the direct kernel's scalar window loop.
 Small convolutions keep the direct loop kernel.
 """
 from __future__ import annotations
@@ -94,13 +97,46 @@ def _per_output_position(b: Builder, node, x, w):
     return b.add("reshape", (prod,), {"new_sizes": node.shape}, like=node)
 
 
+def _depthwise(b: Builder, node, x, w):
+    """Sum over window offsets of slice(x) * w[:, 0, offset] (one channel per group)."""
+    a = node.attrs
+    n, c = x.shape[:2]
+    window = w.shape[2:]
+    out_sp = node.shape[2:]
+    nsp = len(window)
+    xp = _padded(b, x, a["padding"])
+    total = None
+    for pos in itertools.product(*[range(k) for k in window]):
+        start = (0, 0) + tuple(p * d for p, d in zip(pos, a["rhs_dilation"]))
+        limit = (n, c) + tuple(s + (m - 1) * st + 1 for s, m, st in
+                               zip(start[2:], out_sp, a["window_strides"]))
+        sl = b.add("slice", (xp,), {"start_indices": start, "limit_indices": limit,
+                                    "strides": (1, 1) + tuple(a["window_strides"])})
+        tap = b.add("slice", (w,), {"start_indices": (0, 0) + pos,
+                                    "limit_indices": (c, 1) + tuple(p + 1 for p in pos),
+                                    "strides": (1,) * (2 + nsp)})
+        tap = b.add("reshape", (tap,), {"new_sizes": (c,)})
+        tap = b.add("broadcast_in_dim", (tap,), {"shape": node.shape,
+                                                 "broadcast_dimensions": (1,)})
+        term = b.add("mul", (sl, tap), {})
+        total = term if total is None else b.add("add", (total, term), {})
+    return b.add("reshape", (total,), {"new_sizes": node.shape}, like=node)
+
+
 def conv_to_gemm(program: Program) -> Program:
     def rewrite(builder, node, inputs):
         if node.op != "conv":
             return None
         a = node.attrs
         x, w = inputs
-        if a["feature_group_count"] != 1 or any(d != 1 for d in a["lhs_dilation"]):
+        if any(d != 1 for d in a["lhs_dilation"]):
+            return None
+        depthwise = a["feature_group_count"] == x.shape[1] == w.shape[0] > 1 and \
+            w.shape[1] == 1
+        if depthwise and node.dtype in ("float32", "float64") and \
+                int(np.prod(w.shape[2:])) <= MAX_WINDOW:
+            return _depthwise(builder, node, x, w)
+        if a["feature_group_count"] != 1:
             return None
         if node.dtype not in ("float32", "float64"):
             return None
