@@ -283,3 +283,24 @@ def _reverse_sequence(ctx, a, at):
     full = tuple(x.shape[d] if d not in (t_axis, b_axis) else 1 for d in range(x.ndim))
     src = gc.broadcast_to(src, tuple(max(p, q) for p, q in zip(shape, full)))
     return gc.take_along_axis(x, src, t_axis)
+
+
+@op("MaxUnpool")
+def _max_unpool(ctx, a, at):
+    x = ctx.tensor(a[0])
+    idx = gc.cast(ctx.tensor(a[1]), "int64")
+    dims = x.ndim - 2
+    kernel = list(at["kernel_shape"])
+    strides = list(at.get("strides", [1] * dims))
+    pads = list(at.get("pads", [0] * (2 * dims)))
+    shape = x.shape[:2] + tuple((x.shape[2 + k] - 1) * strides[k] + kernel[k] - pads[k] -
+                                pads[k + dims] for k in range(dims))
+    zeros = ctx.tensor(np.zeros(shape, gc.ir.dtypes.to_numpy(x.dtype)))
+    y = _scatter(ctx, zeros, gc.reshape(idx, (-1,)), gc.reshape(x, (-1,)), "none",
+                 "MaxUnpool")
+    if len(a) > 2 and a[2] is not None:      # indices address the default shape; pad after
+        want = [int(v) for v in np.asarray(ctx.static(a[2], "output_shape")).reshape(-1)]
+        if any(w < s for w, s in zip(want, shape)) or want[:2] != list(shape[:2]):
+            raise ctx.unsupported(f"output_shape {want} smaller than the unpooled {shape}")
+        y = gc.pad(y, [(0, w - s) for w, s in zip(want, shape)])
+    return y

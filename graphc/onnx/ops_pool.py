@@ -87,14 +87,16 @@ def _pool(kind):
         dims = x.ndim - 2
         if dims not in (1, 2, 3):
             raise ctx.unsupported(f"{dims}-D windows (graphc pools 1-, 2- and 3-D)")
-        if kind == "max" and len(ctx.node.output) > 1 and ctx.node.output[1]:
-            raise ctx.unsupported("the Indices output of MaxPool")
         kernel = list(at["kernel_shape"])
         begin, reach, end, out, strides, dil = geometry(x.shape[2:], kernel, at)
         is_float = gc.ir.dtypes.is_float(x.dtype)
         if kind == "max":
             fill = -np.inf if is_float else int(np.iinfo(gc.ir.dtypes.to_numpy(x.dtype)).min)
-            return gc.max(windows(x, kernel, begin, reach, out, strides, dil, fill), -1)
+            v = windows(x, kernel, begin, reach, out, strides, dil, fill)
+            if len(ctx.node.output) > 1 and ctx.node.output[1]:
+                return [gc.max(v, -1), _argmax_indices(ctx, x, v, kernel, begin, out, strides,
+                                                       dil, at.get("storage_order", 0))]
+            return gc.max(v, -1)
         if kind == "lp":
             p = at.get("p", 2)
             v = windows(gc.abs(x), kernel, begin, reach, out, strides, dil, 0.0)
@@ -111,6 +113,30 @@ def _pool(kind):
                          bool(at.get("count_include_pad", 0)))
         return gc.sum(v, -1) / ctx.tensor(counts, x.dtype)
     return convert
+
+
+def _argmax_indices(ctx, x, v, kernel, begin, out, strides, dil, storage_order):
+    """MaxPool's Indices: each maximum's position in the flattened input (the first in the
+    window on ties), row-major, or column-major over the spatial dims with storage_order."""
+    spatial = x.shape[2:]
+    offsets = list(itertools.product(*[range(k) for k in kernel]))
+    grids = np.meshgrid(*[np.arange(o) for o in out], indexing="ij")
+    table = np.zeros(tuple(out) + (len(offsets),), np.int64)
+    order = range(len(spatial)) if not storage_order else range(len(spatial) - 1, -1, -1)
+    for k, offset in enumerate(offsets):
+        coords = [g * strides[d] - begin[d] + offset[d] * dil[d] for d, g in enumerate(grids)]
+        flat = np.zeros_like(coords[0])
+        for d in order:
+            flat = flat * spatial[d] + coords[d]
+        table[..., k] = flat
+    arg = gc.cast(gc.argmax(v, -1, True), "int64")                    # [N, C, *out, 1]
+    hit = gc.iota(v.shape, v.ndim - 1, "int64") == arg
+    where = gc.sum(gc.where(hit, ctx.tensor(table), ctx.tensor(np.int64(0))), -1)
+    n, c = x.shape[:2]
+    plane = ctx.tensor(np.int64(int(np.prod(spatial))))
+    base = (gc.iota(where.shape, 0, "int64") * ctx.tensor(np.int64(c)) +
+            gc.iota(where.shape, 1, "int64")) * plane
+    return base + where
 
 
 op("MaxPool")(_pool("max"))
