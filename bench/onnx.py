@@ -55,12 +55,11 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="*")
     args = p.parse_args(argv)
     try:
-        import onnxruntime  # noqa: F401
         import onnx  # noqa: F401
+        import onnxruntime
     except ImportError as e:
         print(f"bench.onnx: skipped ({e}; install the bench extra)")
         return 0
-    import onnxruntime
     rows = run(batches=(1,) if args.quick else (1, 32), models=args.models,
                repeat=5 if args.quick else 20, rounds=2 if args.quick else 3)
     print(f"graphc vs onnxruntime {onnxruntime.__version__} (CPU EP, ORT_ENABLE_ALL, "

@@ -188,7 +188,7 @@ def gpt(batch: int, seq: int = 64, hidden: int = 128, heads: int = 4, layers: in
         f = b.linear(b.gelu_tanh(b.linear(b.layer_norm(h, hidden), hidden, 4 * hidden)),
                      4 * hidden, hidden)
         h = b.op("Add", [h, f])
-    logits = b.op("MatMul", [b.layer_norm(h, hidden), b.weight((hidden, vocab))])
+    b.op("MatMul", [b.layer_norm(h, hidden), b.weight((hidden, vocab))])
     b.nodes[-1].output[0] = "logits"
     m = b.model("gpt", [helper.make_tensor_value_info(ids, TensorProto.INT64, [batch, seq])],
                 [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, seq, vocab])])

@@ -21,9 +21,9 @@ TYPE_NAMES = {0: "UNDEFINED", 1: "FLOAT", 2: "UINT8", 3: "INT8", 4: "UINT16", 5:
 NARROW = {2: ("uint8", 8, False), 3: ("int8", 8, True), 4: ("uint16", 16, False),
           5: ("int16", 16, True), 12: ("uint32", 32, False)}
 # 4- and 2-bit integers, where the installed ml_dtypes has them
+import ml_dtypes  # noqa: E402
 for _code, _spec in {21: ("uint4", 4, False), 22: ("int4", 4, True), 25: ("uint2", 2, False),
                      26: ("int2", 2, True)}.items():
-    import ml_dtypes
     if hasattr(ml_dtypes, _spec[0]):
         NARROW[_code] = _spec
 NARROW_NUMPY = {name: code for code, (name, _, _) in NARROW.items()}

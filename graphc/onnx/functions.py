@@ -29,7 +29,10 @@ def body(node, opset: int, operands):
         raw = schema.get_function_with_opset_version(opset)
         if raw:
             fn = onnx.FunctionProto()
-            fn.ParseFromString(raw) if isinstance(raw, bytes) else fn.CopyFrom(raw)
+            if isinstance(raw, bytes):
+                fn.ParseFromString(raw)
+            else:
+                fn.CopyFrom(raw)
     if fn is None or not fn.node:
         return None
     version = next((o.version for o in fn.opset_import if o.domain in ("", "ai.onnx")), opset)

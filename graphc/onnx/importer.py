@@ -9,6 +9,10 @@ import graphc as gc
 from graphc_runtime.errors import GraphcError
 
 from . import dtypes as odt
+from . import functions
+from . import ops
+from . import (ops_math, ops_nn, ops_pool, ops_quant, ops_resize,  # noqa: F401 (they
+               ops_rnn, ops_signal)                                  # register converters)
 from .dtypes import dtype_of, to_array
 from .errors import NeedsInputShapes, NeedsInputValues, UnsupportedError
 
@@ -244,9 +248,6 @@ def _inferred_types(model) -> dict:
 def _convert_node(ctx, node, env, depth: int = 0):
     """Convert one ONNX node into env (its outputs by name); ops graphc has no converter
     for, but that the ONNX schema defines as a function, are inlined."""
-    from . import (functions, ops, ops_math, ops_nn, ops_pool, ops_quant,  # noqa: F401
-                   ops_resize, ops_rnn, ops_signal)
-    from .registry import CONVERTERS
     ctx.node = node
     if node.domain not in ("", "ai.onnx"):
         raise ctx.unsupported(f"custom domain {node.domain!r} is not supported")
@@ -260,7 +261,7 @@ def _convert_node(ctx, node, env, depth: int = 0):
         else:
             args.append(env[name])
     ctx.operand_types = [ctx.narrow.get(name) for name in node.input]
-    convert = CONVERTERS.get(node.op_type)
+    convert = ops.CONVERTERS.get(node.op_type)
     if convert is not None and ctx.opset < IMPLEMENTED_FROM:
         _check_old_opset(ctx, node)
     if convert is None:

@@ -10,8 +10,7 @@ import numpy as np
 
 import graphc as gc
 
-from . import dtypes as odt
-from .dtypes import DTYPES, dtype_of
+from .dtypes import dtype_of
 
 from .ops_pool import geometry
 from .registry import CONVERTERS, op
@@ -25,6 +24,12 @@ def _ints(v):
 
 def _norm_axes(axes, ndim):
     return sorted({a + ndim if a < 0 else a for a in axes})
+
+
+def move_axis_last(x, axis):
+    """x with `axis` moved last, and the permutation that moves it back."""
+    perm = [d for d in range(x.ndim) if d != axis] + [axis]
+    return gc.transpose(x, perm), list(np.argsort(perm))
 
 
 def _scalar(ctx, value, like):
@@ -235,29 +240,22 @@ def _clip(ctx, a, at):
     return out
 
 
-def _cast_to(ctx, x, to: str, narrow):
-    """x cast to graphc dtype `to` (a narrow integer type's compute dtype: the importer wraps
-    the result into its range, two's-complement style, as onnxruntime does)."""
-    return gc.cast(ctx.tensor(x), to)
-
-
 @op("Cast")
 def _cast(ctx, a, at):
+    # to a narrow integer type: its compute dtype here, wrapped into range by the importer
     to = dtype_of(at["to"], f"{ctx.where()} attribute to")
-    narrow = at["to"] if at["to"] in odt.NARROW else None
-    if not isinstance(a[0], gc.Tensor) and narrow is None:
+    if not isinstance(a[0], gc.Tensor):
         return np.asarray(a[0]).astype(gc.ir.dtypes.to_numpy(to))
-    return _cast_to(ctx, a[0], to, narrow)
+    return gc.cast(a[0], to)
 
 
 @op("CastLike")
 def _castlike(ctx, a, at):
     to = a[1].dtype if isinstance(a[1], gc.Tensor) else gc.ir.dtypes.canonical(
         np.asarray(a[1]).dtype)
-    narrow = ctx.operand_types[1] if len(ctx.operand_types) > 1 else None
-    if not isinstance(a[0], gc.Tensor) and narrow is None:
+    if not isinstance(a[0], gc.Tensor):
         return np.asarray(a[0]).astype(gc.ir.dtypes.to_numpy(to))
-    return _cast_to(ctx, a[0], to, narrow)
+    return gc.cast(a[0], to)
 
 
 @op("Identity")
@@ -551,12 +549,12 @@ def _reduce(fn, since_input: int, empty):
         if any(x.shape[ax] == 0 for ax in axes):
             shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape) if keep or
                           d not in axes)
-            return np.full(shape, _identity(empty, x.dtype), gc.ir.dtypes.to_numpy(x.dtype))
+            return np.full(shape, _empty_value(empty, x.dtype), gc.ir.dtypes.to_numpy(x.dtype))
         return fn(x, axes, keep)
     return convert
 
 
-def _identity(empty, dtype: str):
+def _empty_value(empty, dtype: str):
     if empty not in ("low", "high"):
         return empty
     npd = gc.ir.dtypes.to_numpy(dtype)
@@ -734,7 +732,7 @@ def _control_flow(ctx, a, at):
                           "primitives, which do not exist yet")
 
 
-__all__ = ["CONVERTERS", "DTYPES"]
+__all__ = ["CONVERTERS"]
 
 
 # composite ops: with 16-bit float operands they compute in float32 and round once

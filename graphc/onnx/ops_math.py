@@ -9,7 +9,7 @@ import numpy as np
 import graphc as gc
 
 from .dtypes import dtype_of
-from .ops import INT64, _scalar
+from .ops import INT64, _scalar, move_axis_last
 from .registry import CONVERTERS, op
 
 # cumulative ops and TopK over integers build an n x n selection: keep it bounded
@@ -102,13 +102,6 @@ def _trilu(ctx, a, at):
     return gc.where(ctx.tensor(keep), x, ctx.tensor(zero))
 
 
-def _last(x, axis):
-    """x with `axis` moved last, and the permutation that moves it back."""
-    perm = [d for d in range(x.ndim) if d != axis] + [axis]
-    back = list(np.argsort(perm))
-    return gc.transpose(x, perm), back
-
-
 def _cumulative(kind):
     def convert(ctx, a, at):
         x = ctx.tensor(a[0])
@@ -120,7 +113,7 @@ def _cumulative(kind):
             sel = i > j if at.get("exclusive", 0) else i >= j
         else:
             sel = i < j if at.get("exclusive", 0) else i <= j
-        xt, back = _last(x, axis)
+        xt, back = move_axis_last(x, axis)
         if kind == "sum" and gc.ir.dtypes.is_float(x.dtype):
             y = gc.matmul(xt, ctx.tensor(sel.astype(gc.ir.dtypes.to_numpy(x.dtype))))
         else:
@@ -167,7 +160,7 @@ def _topk(ctx, a, at):
     if not 0 <= k <= n:
         raise ctx.unsupported(f"K={k} outside [0, {n}]")
     largest = bool(at.get("largest", 1))
-    xt, back = _last(x, axis)
+    xt, back = move_axis_last(x, axis)
     if x.size * n > MAX_PAIRWISE:
         raise ctx.unsupported(f"TopK over {n} elements x {x.size // max(n, 1)} rows (graphc "
                               f"ranks pairwise, up to {MAX_PAIRWISE} elements)")
@@ -195,16 +188,12 @@ def _onehot(ctx, a, at):
     axis = at.get("axis", -1)
     rank = idx.ndim + 1
     axis = axis + rank if axis < 0 else axis
-    if gc.ir.dtypes.is_float(idx.dtype):
-        idx = gc.cast(idx, INT64)
-    idx = gc.cast(idx, INT64)
+    idx = gc.cast(idx, INT64)                      # float indices truncate, as in ONNX
     idx = gc.where(idx < ctx.tensor(np.int64(0)), idx + ctx.tensor(np.int64(depth)), idx)
     shape = idx.shape[:axis] + (depth,) + idx.shape[axis:]
     hit = gc.expand_dims(idx, axis) == gc.iota(shape, axis, INT64)
     values = values if isinstance(values, gc.Tensor) else np.asarray(values)
-    off = values[0] if not isinstance(values, gc.Tensor) else values[0]
-    on = values[1] if not isinstance(values, gc.Tensor) else values[1]
-    return gc.where(hit, ctx.tensor(on), ctx.tensor(off))
+    return gc.where(hit, ctx.tensor(values[1]), ctx.tensor(values[0]))
 
 
 @op("EyeLike")

@@ -148,15 +148,12 @@ def _gather_nd(ctx, a, at):
     if b:
         if b != 1:
             raise ctx.unsupported(f"batch_dims={b} (graphc gathers with 0 or 1)")
-        nb = x.shape[0]
         row = gc.iota(idx.shape[:-1] + (1,), 0, "int64")
         idx = gc.concatenate([row, idx], -1)
         k += 1
     pos = _nd_positions(ctx, x.shape, idx)
     flat = gc.reshape(x, (-1,) + x.shape[k:])
-    out = gc.take(flat, pos, axis=0)
-    return out if not b else gc.reshape(out, (nb,) + out.shape[1:]) if out.shape[0] != nb \
-        else out
+    return gc.take(flat, pos, axis=0)
 
 
 @op("ConvTranspose")
@@ -279,10 +276,7 @@ def _reverse_sequence(ctx, a, at):
     bshape = [n_b if d == b_axis else 1 for d in range(x.ndim)]
     length = gc.reshape(lens, tuple(bshape))
     src = gc.where(t < length, length - ctx.tensor(np.int64(1)) - t, t)
-    src = gc.broadcast_to(src, tuple(shape))
-    full = tuple(x.shape[d] if d not in (t_axis, b_axis) else 1 for d in range(x.ndim))
-    src = gc.broadcast_to(src, tuple(max(p, q) for p, q in zip(shape, full)))
-    return gc.take_along_axis(x, src, t_axis)
+    return gc.take_along_axis(x, gc.broadcast_to(src, tuple(shape)), t_axis)
 
 
 @op("MaxUnpool")

@@ -8,13 +8,9 @@ import numpy as np
 import graphc as gc
 
 from . import dtypes as odt
-from .registry import op
+from .registry import CONVERTERS, op
 
 UINT8 = 2
-
-
-def _narrow_range(t):
-    return odt.value_range(t)
 
 
 @op("BitShift")
@@ -82,7 +78,7 @@ def _out_type(ctx, at, zp_index):
 
 def quantize(ctx, y, t, zp):
     """saturate(round_half_even(y) + zp) into type t, held in int32."""
-    lo, hi = _narrow_range(t)
+    lo, hi = odt.value_range(t)
     q = gc.round(y)
     if zp is not None:
         q = q + gc.cast(zp, q.dtype)
@@ -139,8 +135,8 @@ def _matmul_integer(ctx, a, at):
 
 
 def _conv_f64(ctx, x, w, at):
-    from .registry import CONVERTERS
-    return CONVERTERS["Conv"](ctx, [x, w], {k: v for k, v in at.items()})
+    """Conv's converter on float64 operands (their sums of 8-bit products are exact)."""
+    return CONVERTERS["Conv"](ctx, [x, w], at)
 
 
 @op("ConvInteger")

@@ -7,6 +7,7 @@ import numpy as np
 
 import graphc as gc
 
+from .ops import move_axis_last
 from .registry import op
 
 
@@ -129,10 +130,8 @@ def _resize(ctx, x, scales, sizes, at, roi=None, axes=None):
         w, outside = weights(n_in, n_out, scales[k], at,
                              roi[k] if roi is not None else (0.0, 1.0))
         if is_float:
-            perm = [d for d in range(y.ndim) if d != a] + [a]
-            moved = gc.transpose(y, perm)
-            moved = gc.matmul(moved, ctx.tensor(w.T, y.dtype))
-            y = gc.transpose(moved, list(np.argsort(perm)))
+            moved, back = move_axis_last(y, a)
+            y = gc.transpose(gc.matmul(moved, ctx.tensor(w.T, y.dtype)), back)
         else:
             y = gc.take(y, ctx.tensor(w.argmax(1).astype(np.int64)), axis=a)
         if outside.any():

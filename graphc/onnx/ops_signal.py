@@ -9,6 +9,7 @@ import numpy as np
 
 import graphc as gc
 
+from .ops import move_axis_last
 from .registry import op
 
 
@@ -33,12 +34,8 @@ def _dft(ctx, a, at):
     if inverse and onesided:
         return gc.cast(_irfft(ctx, x, axis, given or 2 * (n_in - 1)), out_dtype)
     n = given or n_in
-    re = x[..., 0]
-    im = x[..., 1] if x.shape[-1] == 2 else None
-    perm = [d for d in range(rank - 1) if d != axis] + [axis]
-    back = list(np.argsort(perm))
-    re = gc.transpose(re, perm)
-    im = gc.transpose(im, perm) if im is not None else None
+    re, back = move_axis_last(x[..., 0], axis)
+    im = move_axis_last(x[..., 1], axis)[0] if x.shape[-1] == 2 else None
     if n != n_in:                                  # zero-pad or truncate the signal
         if n > n_in:
             pad = [(0, 0)] * (rank - 2) + [(0, n - n_in)]
@@ -69,10 +66,8 @@ def _irfft(ctx, x, axis, n):
     """Inverse of a one-sided spectrum (Hermitian symmetry): a real signal of length n."""
     rank = x.ndim
     half = n // 2 + 1
-    perm = [d for d in range(rank - 1) if d != axis] + [axis]
-    back = list(np.argsort(perm))
-    re = gc.transpose(x[..., 0], perm)
-    im = gc.transpose(x[..., 1], perm) if x.shape[-1] == 2 else None
+    re, back = move_axis_last(x[..., 0], axis)
+    im = move_axis_last(x[..., 1], axis)[0] if x.shape[-1] == 2 else None
     have = re.shape[-1]
     if have < half:
         pad = [(0, 0)] * (rank - 2) + [(0, half - have)]

@@ -34,22 +34,30 @@ def _padded(b: Builder, x, padding):
                                "value": 0.0})
 
 
-def _im2col(b: Builder, node, x, w):
+def _window_slices(b: Builder, node, x, window):
+    """(window offset, the padded input's strided slice (N, C, *out) it reads), for each
+    offset of the convolution's window in row-major order."""
     a = node.attrs
+    n, c = x.shape[:2]
+    out_sp = node.shape[2:]
+    xp = _padded(b, x, a["padding"])
+    for pos in itertools.product(*[range(k) for k in window]):
+        start = (0, 0) + tuple(p * d for p, d in zip(pos, a["rhs_dilation"]))
+        limit = (n, c) + tuple(s + (m - 1) * st + 1 for s, m, st in
+                               zip(start[2:], out_sp, a["window_strides"]))
+        yield pos, b.add("slice", (xp,), {"start_indices": start, "limit_indices": limit,
+                                          "strides": (1, 1) + tuple(a["window_strides"])})
+
+
+def _im2col(b: Builder, node, x, w):
     n, c = x.shape[:2]
     o = w.shape[0]
     window = w.shape[2:]
     out_sp = node.shape[2:]
     nsp = len(window)
-    xp = _padded(b, x, a["padding"])
     rows = n * int(np.prod(out_sp, dtype=np.int64))
     slices = []
-    for pos in itertools.product(*[range(k) for k in window]):
-        start = (0, 0) + tuple(p * d for p, d in zip(pos, a["rhs_dilation"]))
-        limit = (n, c) + tuple(s + (m - 1) * st + 1 for s, m, st in
-                               zip(start[2:], out_sp, a["window_strides"]))
-        sl = b.add("slice", (xp,), {"start_indices": start, "limit_indices": limit,
-                                    "strides": (1, 1) + tuple(a["window_strides"])})
+    for _, sl in _window_slices(b, node, x, window):
         # (N, C, *out) -> (C, 1, N * out): output positions innermost, so the kernel
         # that writes the patches reads image rows contiguously
         sl = b.add("transpose", (sl,), {"permutation": (1, 0) + tuple(range(2, 2 + nsp))})
@@ -99,19 +107,10 @@ def _per_output_position(b: Builder, node, x, w):
 
 def _depthwise(b: Builder, node, x, w):
     """Sum over window offsets of slice(x) * w[:, 0, offset] (one channel per group)."""
-    a = node.attrs
-    n, c = x.shape[:2]
-    window = w.shape[2:]
-    out_sp = node.shape[2:]
-    nsp = len(window)
-    xp = _padded(b, x, a["padding"])
+    c = x.shape[1]
+    nsp = len(w.shape[2:])
     total = None
-    for pos in itertools.product(*[range(k) for k in window]):
-        start = (0, 0) + tuple(p * d for p, d in zip(pos, a["rhs_dilation"]))
-        limit = (n, c) + tuple(s + (m - 1) * st + 1 for s, m, st in
-                               zip(start[2:], out_sp, a["window_strides"]))
-        sl = b.add("slice", (xp,), {"start_indices": start, "limit_indices": limit,
-                                    "strides": (1, 1) + tuple(a["window_strides"])})
+    for pos, sl in _window_slices(b, node, x, w.shape[2:]):
         tap = b.add("slice", (w,), {"start_indices": (0, 0) + pos,
                                     "limit_indices": (c, 1) + tuple(p + 1 for p in pos),
                                     "strides": (1,) * (2 + nsp)})
