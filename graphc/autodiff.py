@@ -15,6 +15,8 @@ from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 from . import functions as F
 from .api import Tensor, as_tensor, bind
 from .ir import dtypes
+from .control_vjp import CONTROL_RULES
+from .ir.ops.control import output_types
 from .ir.primitive import lookup
 from .ir.source import user_location
 
@@ -248,7 +250,7 @@ RULES = {
 # -- the transformation -------------------------------------------------------------
 
 def _differentiable(node) -> bool:
-    return dtypes.is_float(node.dtype)
+    return dtypes.is_float(node.dtype) or node.op in CONTROL_RULES
 
 
 def vjp(outputs, wrt, cotangents) -> list[Tensor]:
@@ -292,19 +294,32 @@ def vjp(outputs, wrt, cotangents) -> list[Tensor]:
         if node.id in wrt_ids or any(i.id in reaches for i in node.inputs):
             reaches.add(node.id)
 
+    results: dict[int, dict[int, list]] = {}    # control node id -> result -> cotangents
     for node in reversed(needed):
         if node.id not in cts or node.id not in reaches or not node.inputs:
             continue
         prim = lookup(node.op)
         if not prim.differentiable or not _differentiable(node):
             continue
-        g = _accumulate(cts[node.id])
-        cts[node.id] = [g]
-        rule = RULES.get(node.op)
-        if rule is None:
-            raise GraphcError(f"no differentiation rule for primitive {node.op!r}", loc)
-        ins = [Tensor(i) for i in node.inputs]
-        grads = rule(*ins, Tensor(node), g, node.attrs)
+        if node.op == "get":           # a control node's result: collect per result
+            src = node.inputs[0]
+            results.setdefault(src.id, {}).setdefault(node.attrs["index"], []).extend(
+                cts[node.id])
+            cts.setdefault(src.id, [])
+            continue
+        if node.op in CONTROL_RULES:
+            per = results.get(node.id, {})
+            count = len(output_types(node))
+            grads = CONTROL_RULES[node.op](node, [_accumulate(per[k]) if per.get(k) else None
+                                                  for k in range(count)], vjp)
+        else:
+            g = _accumulate(cts[node.id])
+            cts[node.id] = [g]
+            rule = RULES.get(node.op)
+            if rule is None:
+                raise GraphcError(f"no differentiation rule for primitive {node.op!r}", loc)
+            ins = [Tensor(i) for i in node.inputs]
+            grads = rule(*ins, Tensor(node), g, node.attrs)
         for i, gi in zip(node.inputs, grads):
             if gi is None or i.id not in reaches or not _differentiable(i):
                 continue

@@ -7,7 +7,6 @@ import time
 from graphc_runtime.cpu import CpuProgram, Signature
 from graphc_runtime.errors import CompileError, DeviceError, GraphcError
 
-from . import passes
 from .api import Tensor, checked_updates, flatten_outputs, _graph_of, structure_of
 from .codegen import cpu as cpu_codegen
 from .kernels.lower import lower
@@ -16,17 +15,10 @@ from .ir import dtypes
 from .ir.source import user_location
 from .passes import fusion, memory
 from .passes.manager import PassManager
+from .passes.pipeline import default_pipeline
 from .passes.program import Program
 
 KNOWN_OPTIONS = {"dump_dir", "fuse", "opt_level", "num_threads", "distributed", "arch"}
-
-
-def default_pipeline():
-    """The graph passes, in order: name and function."""
-    return [("simplify", passes.simplify), ("constant_fold", passes.constant_fold),
-            ("cse", passes.cse), ("conv_to_gemm", passes.conv_to_gemm),
-            ("split_reductions", passes.split_reductions),
-            ("simplify_again", passes.simplify), ("dce", passes.dce)]
 
 
 def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) -> Executable:  # noqa: A001

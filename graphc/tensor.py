@@ -117,6 +117,9 @@ def placeholder(shape, dtype="float32", name: str | None = None) -> Tensor:
 def variable(initial_value, name: str | None = None, dtype=None) -> Tensor:
     """State that persists across calls; its value is held by the graph (and executables)."""
     g = current_graph()
+    if g.parent is not None:
+        raise GraphcError("variable(): variables cannot be created inside a loop or cond "
+                          "body; create it outside and use it in the body", user_location())
     if isinstance(initial_value, Tensor):
         raise GraphcError("variable(): the initial value must be concrete data, not a "
                           "Tensor", user_location())

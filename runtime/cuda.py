@@ -46,7 +46,7 @@ class CudaProgram:
         ctx.push()
         try:
             module = drv.module_from_buffer(self.ptx.encode())
-            functions = [module.get_function(l["kernel"]) for l in self.launches]
+            functions = {name: module.get_function(name) for name in _kernel_names(self.launches)}
             arena = drv.mem_alloc(max(self.arena_bytes, 256))
             variables = {n: gpuarray.to_gpu(v) for n, v in self._host_variables.items()}
             constants = [gpuarray.to_gpu(c) for c in self.constants]
@@ -94,22 +94,9 @@ class CudaProgram:
                                                                tstr))
                         device_in.append(gpuarray.to_gpu(arr))
                 outs = [gpuarray.empty(shape, npd) for shape, npd in self._outputs]
-                slots = [None] + device_in + outs + list(st["variables"].values()) + \
-                    st["constants"]
-                base = int(st["arena"])
-                for fn, launch in zip(st["functions"], self.launches):
-                    if launch["threads"] == 0:
-                        continue
-                    ptrs = [np.uintp(base + w["offset"]) if "offset" in w
-                            else np.uintp(int(slots[w["slot"]].gpudata)) for w in launch["buffers"]]
-                    if timings is not None:
-                        start, end = st["drv"].Event(), st["drv"].Event()
-                        start.record()
-                    fn(*ptrs, block=(launch["block"], 1, 1), grid=(launch["grid"], 1))
-                    if timings is not None:
-                        end.record()
-                        end.synchronize()
-                        timings.append((launch["kernel"], start.time_till(end)))
+                slots = [None] + [int(a.gpudata) for a in device_in + outs +
+                                  list(st["variables"].values()) + st["constants"]]
+                _execute(st, self.launches, (int(st["arena"]), slots), timings)
                 if device_in and all(getattr(v, "device", "").startswith("cuda")
                                      for v in values):
                     # device arrays in, device arrays out: nothing crosses the bus
@@ -117,3 +104,135 @@ class CudaProgram:
                 return [o.get() for o in outs]
             finally:
                 st["ctx"].pop()
+
+
+# -- the launch table ---------------------------------------------------------------------
+# A frame is (arena address, slot addresses) of one program: the executable's, or a loop
+# body's or branch's (graphc.codegen.cuda._launch_table). Control entries run their
+# regions' launches from the host: a scan per step, a while_loop until its cond region's
+# flag (read back) is false, a cond the branch its predicate (read back) picks.
+
+def _kernel_names(table) -> list:
+    names = []
+    for entry in table:
+        if "control" in entry:
+            for body in entry["bodies"].values():
+                names += _kernel_names(body["launches"])
+        else:
+            names.append(entry["kernel"])
+    return names
+
+
+def _address(where: dict, frame) -> int:
+    arena, slots = frame
+    return arena + where["offset"] if "offset" in where else slots[where["slot"]]
+
+
+def _execute(st, table, frame, timings) -> None:
+    for entry in table:
+        if "control" in entry:
+            _CONTROL[entry["control"]](st, entry, frame, timings)
+            continue
+        if entry["threads"] == 0:
+            continue
+        ptrs = [np.uintp(_address(w, frame)) for w in entry["buffers"]]
+        fn = st["functions"][entry["kernel"]]
+        if timings is not None:
+            start, end = st["drv"].Event(), st["drv"].Event()
+            start.record()
+        fn(*ptrs, block=(entry["block"], 1, 1), grid=(entry["grid"], 1))
+        if timings is not None:
+            end.record()
+            end.synchronize()
+            timings.append((entry["kernel"], start.time_till(end)))
+
+
+def _body_frame(entry, role, frame, inputs, outputs):
+    body = entry["bodies"][role]
+    slots = [None] * body["slots"]
+    for k, p in enumerate(list(inputs) + list(outputs)):
+        slots[1 + k] = p
+    for slot, where in body["constants"]:
+        slots[slot] = _address(where, frame)
+    arena = _address(body["arena"], frame) if body["arena"] is not None else 0
+    return body["launches"], (arena, slots)
+
+
+def _copy(st, dst: int, src: int, nbytes: int) -> None:
+    if nbytes:
+        st["drv"].memcpy_dtod(dst, src, nbytes)
+
+
+def _read_bool(st, address: int) -> bool:
+    flag = np.empty(1, np.bool_)
+    st["drv"].memcpy_dtoh(flag, address)
+    return bool(flag[0])
+
+
+def _carries(st, entry, frame, count: int, final_in_result: bool):
+    cells = []
+    for j in range(count):
+        res = _address(entry["results"][j], frame)
+        spare = _address(entry["spare"][j], frame)
+        start, other = (res, spare) if final_in_result else (spare, res)
+        _copy(st, start, _address(entry["operands"][j], frame), entry["results"][j]["bytes"])
+        cells.append([start, other])
+    return cells
+
+
+def _run_scan(st, entry, frame, timings) -> None:
+    a = entry["attrs"]
+    nc, nx, T, reverse = a["num_carry"], a["num_xs"], a["length"], a["reverse"]
+    ops = entry["operands"]
+    caps = [_address(w, frame) for w in ops[nc + nx:]]
+    xs = [(_address(w, frame), w["bytes"] // max(T, 1)) for w in ops[nc:nc + nx]]
+    ys = [(_address(w, frame), w["bytes"] // max(T, 1)) for w in entry["results"][nc:]]
+    cells = _carries(st, entry, frame, nc, T % 2 == 0)
+    for i in range(T):
+        t = T - 1 - i if reverse else i
+        inputs = [c[0] for c in cells] + [base + t * step for base, step in xs] + caps
+        outputs = [c[1] for c in cells] + [base + t * step for base, step in ys]
+        launches, inner = _body_frame(entry, "body", frame, inputs, outputs)
+        _execute(st, launches, inner, timings)
+        for c in cells:
+            c.reverse()
+
+
+def _run_while(st, entry, frame, timings) -> None:
+    a = entry["attrs"]
+    ns, ncc = a["num_state"], a["num_cond_captures"]
+    ops = [_address(w, frame) for w in entry["operands"]]
+    ccaps, bcaps = ops[ns:ns + ncc], ops[ns + ncc:]
+    flag = _address(entry["flag"], frame)
+    cells = _carries(st, entry, frame, ns, True)
+    odd = False
+    while True:
+        launches, inner = _body_frame(entry, "cond", frame, [c[0] for c in cells] + ccaps,
+                                      [flag])
+        _execute(st, launches, inner, timings)
+        if not _read_bool(st, flag):
+            break
+        launches, inner = _body_frame(entry, "body", frame, [c[0] for c in cells] + bcaps,
+                                      [c[1] for c in cells])
+        _execute(st, launches, inner, timings)
+        for c in cells:
+            c.reverse()
+        odd = not odd
+    if odd:                                  # the final state is in the spare buffers
+        for j, c in enumerate(cells):
+            _copy(st, _address(entry["results"][j], frame), c[0],
+                  entry["results"][j]["bytes"])
+
+
+def _run_cond(st, entry, frame, timings) -> None:
+    a = entry["attrs"]
+    no, ntc = a["num_operands"], a["num_true_captures"]
+    ops = [_address(w, frame) for w in entry["operands"]]
+    role = "true" if _read_bool(st, ops[0]) else "false"
+    caps = ops[1 + no:1 + no + ntc] if role == "true" else ops[1 + no + ntc:]
+    results = [_address(w, frame) for w in entry["results"]]
+    launches, inner = _body_frame(entry, role, frame, ops[1:1 + no] + caps, results)
+    _execute(st, launches, inner, timings)
+
+
+_CONTROL = {"scan": _run_scan, "while": _run_while, "cond": _run_cond}

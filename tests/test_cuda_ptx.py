@@ -30,7 +30,8 @@ def ptxas(ptx: str, arch: str, tmp_path) -> str:
 
 def every_primitive_without_collectives():
     g, outs = every_primitive_graph()
-    return g, [o for o in outs if o.node.op not in ("all_reduce", "all_gather", "reduce_scatter")]
+    return g, [o for o in outs if o.node.op not in ("all_reduce", "all_gather", "reduce_scatter",
+                                                    "get")]     # loops: test_loops_assemble
 
 
 @needs_ptxas
@@ -171,3 +172,37 @@ def test_column_sums_use_a_thread_per_column(tmp_path):
     assert threads == [8192, 512 * 32]     # a thread per column; a warp per row
     column, row = exe.dump("ptx").split(".entry")[1:3]
     assert "shfl.sync" not in column and "shfl.sync" in row
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_loops_assemble_and_their_launch_table_nests_the_regions(tmp_path, arch):
+    """scan / while / cond: the regions' kernels are in the PTX; the host runs them from
+    the control entries of the launch table."""
+    with gc.Graph("loops"):
+        xs = gc.placeholder((6, 4, 8), name="xs")
+        w = gc.variable(np.eye(8, dtype=np.float32) * 0.5, name="w")
+        h, ys = gc.scan(lambda h, x: (gc.tanh(h @ w + x),) * 2, gc.zeros((4, 8)), xs)
+        loss = (ys * ys).mean()
+        (gw,) = gc.grad(loss, [w])
+        n = gc.while_loop(lambda s: s.sum() < 100.0, lambda s: s * 2.0 + 1.0, h)
+        r = gc.cond(loss > 1.0, lambda a: a * 2.0, lambda a: a - 1.0, n)
+        exe = gc.compile({"loss": loss, "r": r}, updates={w: w - 0.1 * gw}, device="cuda",
+                         arch=arch)
+    ptx = exe.dump("ptx")
+    ptxas(ptx, arch, tmp_path)
+    table = exe.manifest()["launches"]
+    controls = [e for e in table if "control" in e]
+    assert sorted(e["control"] for e in controls) == ["cond", "scan", "scan", "while"]
+    entries = set(re.findall(r"\.visible \.entry (\w+)\(", ptx))
+
+    def kernels(t):
+        for e in t:
+            if "control" in e:
+                for body in e["bodies"].values():
+                    yield from kernels(body["launches"])
+            else:
+                yield e["kernel"]
+    assert set(kernels(table)) == entries
+    scan = next(e for e in controls if e["control"] == "scan")
+    assert scan["attrs"]["length"] == 6 and scan["bodies"]["body"]["launches"]

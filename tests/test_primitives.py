@@ -420,5 +420,6 @@ def test_every_primitive_is_tested():
         "constant", "parameter", "variable", "broadcast_in_dim", "reshape", "transpose",
         "slice", "pad", "concatenate", "reverse", "reduce_sum", "reduce_max", "reduce_min",
         "reduce_prod", "argmax", "argmin", "dot_general", "conv", "gather", "scatter_add",
-        "rng", "all_reduce", "all_gather", "reduce_scatter"}
+        "rng", "all_reduce", "all_gather", "reduce_scatter",
+        "scan", "while", "cond", "get"}             # control flow: test_control_flow.py
     assert set(REGISTRY) == tested

@@ -15,6 +15,7 @@ import math
 import os
 
 import llvmlite.ir as ir
+import numpy as np
 
 from graphc_runtime.errors import CompileError
 
@@ -441,9 +442,7 @@ class PtxProgram:
             raise CompileError(f"unknown GPU architecture {arch!r}; known: "
                                f"{', '.join(PTX_FEATURES)}")
         mb = CudaModuleBuilder(name, arch)
-        offsets = lowered.memory.offsets
-        for kern in lowered.kernels:
-            mb.add_gpu_kernel(kern, _aliased_buffers(kern, offsets))
+        schedule = _emit_schedule(mb, lowered)
         target = b.Target.from_triple(TRIPLE)
         tm = target.create_target_machine(cpu=arch, features=PTX_FEATURES[arch], opt=3)
         mb.module.data_layout = str(tm.target_data)
@@ -466,11 +465,58 @@ class PtxProgram:
         pb.getModulePassManager().run(module, pb)
         self.arch = arch
         self.ptx = tm.emit_assembly(module)
-        self.launches = [{"kernel": name_, "threads": total,
-                          "block": BLOCK, "grid": max(1, min(math.ceil(total / BLOCK), MAX_GRID)),
+        self.launches = _launch_table(schedule, mb.launches)
+
+
+def _emit_schedule(mb, lowered) -> list:
+    """Emit a Lowered program's kernels; its schedule: ('launch', index into mb.launches,
+    lowered) per kernel launch, ('control', kernel, {role: schedule}, lowered) per loop or
+    cond (run by the host: the runtime launches the regions' kernels per step)."""
+    out = []
+    offsets = lowered.memory.offsets
+    for kern in lowered.kernels:
+        if isinstance(kern, K.ControlKernel):
+            out.append(("control", kern, {role: _emit_schedule(mb, low)
+                                          for role, low in kern.bodies.items()}, lowered))
+            continue
+        first = len(mb.launches)
+        mb.add_gpu_kernel(kern, _aliased_buffers(kern, offsets))
+        out += [("launch", k, lowered) for k in range(first, len(mb.launches))]
+    return out
+
+
+def _launch_table(schedule, launches) -> list:
+    """The runtime's launch list: kernel launches (buffers as slot or arena offset of
+    their program), and control entries with their regions' launch lists (see
+    graphc_runtime.cuda)."""
+    table = []
+    for entry in schedule:
+        if entry[0] == "launch":
+            _, k, low = entry
+            name_, total, bufs = launches[k]
+            table.append({"kernel": name_, "threads": total, "block": BLOCK,
+                          "grid": max(1, min(math.ceil(total / BLOCK), MAX_GRID)),
                           # (tiled dots need BLOCK == TILE * TILE threads per block)
-                          "buffers": [_where(buf, lowered) for buf in bufs]}
-                         for name_, total, bufs in mb.launches]
+                          "buffers": [_where(buf, low) for buf in bufs]})
+            continue
+        _, kern, bodies, low = entry
+        nbytes = lambda b: int(np.prod(b.shape, dtype=np.int64)) * dtypes.itemsize(b.dtype)  # noqa: E731
+        table.append({
+            "control": kern.op, "name": kern.name,
+            "attrs": {k: v for k, v in kern.attrs.items() if isinstance(v, (int, bool))},
+            "operands": [dict(_where(b, low), bytes=nbytes(b)) for b in kern.operands],
+            "results": [dict(_where(b, low), bytes=nbytes(b)) for b in kern.results],
+            "spare": [_where(b, low) for b in kern.spare],
+            "flag": _where(kern.flag, low) if kern.flag is not None else None,
+            "bodies": {role: {
+                "launches": _launch_table(bodies[role], launches),
+                "arena": _where(kern.arenas[role], low) if kern.arenas.get(role) else None,
+                "slots": 1 + len(body.slots),
+                "inputs": len(body.inputs), "outputs": len(body.outputs),
+                "constants": [[body.slots[inner.id], _where(outer, low)] for (inner, _), outer
+                              in zip(body.constants, kern.constants[role])]}
+                for role, body in kern.bodies.items()}})
+    return table
 
 
 def _internalize_library(module, kernels: set) -> None:

@@ -16,14 +16,22 @@ from ..ir.source import user_location
 # -- promotion and broadcasting ---------------------------------------------------------
 
 def _graph_for(values):
+    """The graph a result goes into: the operands' graph, or the innermost of nested
+    ones (a loop body reads its enclosing graphs' tensors, see graphc.control)."""
     graphs = [v.graph for v in values if isinstance(v, Tensor)]
+    current = current_graph()
     if not graphs:
-        return current_graph()
+        return current
+    if current.parent is not None and all(current.encloses(g) for g in graphs):
+        return current
+    best = graphs[0]
     for g in graphs[1:]:
-        if g is not graphs[0]:
+        if g.encloses(best):
+            best = g
+        elif not best.encloses(g):
             raise GraphcError(f"tensors of graphs {graphs[0].name!r} and {g.name!r} cannot "
                               f"be combined", user_location())
-    return graphs[0]
+    return best
 
 
 def result_dtype(values, what: str) -> str:

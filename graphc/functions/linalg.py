@@ -27,6 +27,12 @@ def matmul(a, b) -> Tensor:
     if x.shape[-1] != y.shape[-2]:
         raise ShapeError(f"matmul: contracting dimensions differ: {a_type(a, x)} @ "
                          f"{a_type(b, y)} ({x.shape[-1]} vs {y.shape[-2]})", user_location())
+    if y.ndim == 2 and x.ndim > 2:
+        # (..., K) @ (K, N): one product over all leading dims, not a broadcast of y
+        # (whose gradient would be a per-batch product and a sum)
+        out = bind("dot_general", x, y, lhs_contracting=(x.ndim - 1,), rhs_contracting=(0,),
+                   lhs_batch=(), rhs_batch=())
+        return reshape(out, out.shape[:-1]) if y1 else out
     batch = broadcast_shapes([x.shape[:-2], y.shape[:-2]], "matmul")
     x = broadcast_to(x, batch + x.shape[-2:])
     y = broadcast_to(y, batch + y.shape[-2:])

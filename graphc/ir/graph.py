@@ -15,6 +15,8 @@ from graphc_runtime.errors import GraphcError
 
 from . import dtypes
 
+TUPLE = "tuple"     # the dtype of a control-flow node; `get` nodes project its results
+
 
 class Node:
     """One primitive application: `op(inputs...) {attrs} : dtype[shape]`."""
@@ -44,9 +46,13 @@ class Node:
 
     @property
     def nbytes(self) -> int:
+        if self.dtype == TUPLE:
+            return 0
         return self.size * dtypes.itemsize(self.dtype)
 
     def type_str(self) -> str:
+        if self.dtype == TUPLE:
+            return "tuple"
         return f"{dtypes.short(self.dtype)}[{','.join(map(str, self.shape))}]"
 
     def describe(self) -> str:
@@ -63,16 +69,52 @@ class Graph:
 
     _ids = itertools.count()
 
-    def __init__(self, name: str = "graph"):
+    def __init__(self, name: str = "graph", parent: "Graph | None" = None):
         self.name = name
         self.nodes: list[Node] = []
         self.variables: dict[str, np.ndarray] = {}   # variable name -> current value
         self._node_names: set[str] = set()
         self.uid = next(Graph._ids)
+        # a region's body being traced: the graph it is nested in, and the values of
+        # enclosing graphs it reads (outer node -> parameter node of this graph)
+        self.parent = parent
+        self.captured: dict[tuple, Node] = {}
+        self.captured_from: list[Node] = []
+        self.sealed: str | None = None     # why no node may be added any more
+
+    # -- regions -----------------------------------------------------------------------
+    def encloses(self, other: "Graph") -> bool:
+        """Is `other` this graph or one it is nested in?"""
+        g = self
+        while g is not None:
+            if g is other:
+                return True
+            g = g.parent
+        return False
+
+    def capture(self, node: Node) -> Node:
+        """`node` of an enclosing graph as a value of this one: a parameter of this
+        region (captured through every region in between)."""
+        if node.graph is self:
+            return node
+        key = (node.graph.uid, node.id)
+        if key not in self.captured:
+            if self.parent is None or not self.parent.encloses(node.graph):
+                raise GraphcError(f"{node.describe()} belongs to graph {node.graph.name!r}, "
+                                  f"which does not enclose {self.name!r}")
+            outer = self.parent.capture(node)
+            param = self.add_node("parameter", (), {"name": f"capture{len(self.captured)}",
+                                                   "shape": node.shape, "dtype": node.dtype},
+                                  node.shape, node.dtype, None, node.loc)
+            self.captured[key] = param
+            self.captured_from.append(outer)
+        return self.captured[key]
 
     # -- construction ----------------------------------------------------------------
     def add_node(self, op: str, inputs, attrs: dict, shape, dtype: str,
                  name: str | None = None, loc: str | None = None) -> Node:
+        if self.sealed:
+            raise GraphcError(f"{op}: {self.sealed}", loc)
         node = Node(self, len(self.nodes), op, tuple(inputs), attrs, tuple(shape), dtype,
                     name, loc)
         self.nodes.append(node)

@@ -11,7 +11,7 @@ from graphc_runtime.errors import FeedError
 from graphc_runtime.feeds import check_array
 
 from . import dtypes
-from .graph import Graph, Node
+from .graph import TUPLE, Graph, Node
 from .primitive import lookup
 
 
@@ -45,6 +45,17 @@ def run(graph: Graph, outputs: list[Node], feeds: dict | None = None,
     variables = graph.variables if variables is None else variables
     needed = graph.ancestors(outputs)
     values: dict[int, np.ndarray] = bind_feeds(graph, needed, feeds or {})
+    return _evaluate(needed, outputs, values, variables)
+
+
+def run_region(region, args) -> list[np.ndarray]:
+    """A region's output values for its parameters' values `args` (in order)."""
+    values = {p.id: a for p, a in zip(region.params, args)}
+    needed = region.graph.ancestors(region.outputs)
+    return _evaluate(needed, list(region.outputs), values, {})
+
+
+def _evaluate(needed, outputs, values, variables) -> list[np.ndarray]:
     remaining_uses: dict[int, int] = {}
     for n in needed:
         for i in n.inputs:
@@ -57,8 +68,8 @@ def run(graph: Graph, outputs: list[Node], feeds: dict | None = None,
             values[node.id] = variables[node.attrs["name"]]
             continue
         args = [values[i.id] for i in node.inputs]
-        out = np.asarray(lookup(node.op).impl(args, node.attrs, node))
-        values[node.id] = out
+        out = lookup(node.op).impl(args, node.attrs, node)
+        values[node.id] = out if node.dtype == TUPLE else np.asarray(out)
         for i in node.inputs:       # free what no later node reads
             remaining_uses[i.id] -= 1
             if remaining_uses[i.id] == 0 and i.id not in keep:

@@ -16,6 +16,8 @@ _SMALL_CONSTANT = 8
 
 
 def format_attr(value) -> str:
+    if _is_region(value):
+        return f"<region {len(value.params)}->{len(value.outputs)}>"
     if isinstance(value, np.ndarray):
         if value.size <= _SMALL_CONSTANT:
             return np.array2string(value.astype(np.float64) if value.dtype.kind == "V"
@@ -44,7 +46,30 @@ def format_node(node: Node, with_location: bool = False) -> str:
         notes.append(f"{os.path.basename(path)}:{line}")
     if notes:
         text += "   # " + " ".join(notes)
+    for k, v in node.attrs.items():           # a control node's bodies, nested
+        if _is_region(v):
+            text += "\n" + _indent(format_region(k, v, with_location))
     return text
+
+
+def _is_region(value) -> bool:
+    from .region import Region
+    return isinstance(value, Region)
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+def format_region(label: str, region, with_location: bool = False) -> str:
+    """`label(%params) { ... return %outputs }` for one region."""
+    params = ", ".join(f"%{p.id}" for p in region.params)
+    lines = [f"{label}({params}) {{"]
+    lines += ["  " + line for n in region.nodes()
+              for line in format_node(n, with_location).splitlines()]
+    lines.append("  return " + ", ".join(f"%{o.id}" for o in region.outputs))
+    lines.append("}")
+    return "\n".join(lines)
 
 
 def format_graph(graph: Graph, nodes=None, with_location: bool = False,

@@ -30,6 +30,10 @@ def decode_array(obj: dict) -> np.ndarray:
 
 
 def _encode(value):
+    from .region import Region
+    if isinstance(value, Region):
+        return {"__region__": graph_to_dict(value.graph, value.outputs, False),
+                "params": [p.id for p in value.params]}
     if isinstance(value, np.ndarray):
         return encode_array(value)
     if isinstance(value, tuple):
@@ -43,6 +47,14 @@ def _decode(value):
     if isinstance(value, dict):
         if "__ndarray__" in value:
             return decode_array(value)
+        if "__region__" in value:
+            from .region import Region
+            graph, outputs = graph_from_dict(value["__region__"])
+            params = [graph.nodes[i] for i in value["params"]]
+            if any(p.op != "parameter" for p in params) or outputs is None:
+                raise ArtifactError("a region's parameters must be parameter nodes and it "
+                                    "must list its outputs")
+            return Region(graph, params, outputs)
         if "__tuple__" in value:
             return tuple(_decode(v) for v in value["__tuple__"])
         if "__float__" in value:

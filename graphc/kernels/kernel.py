@@ -191,6 +191,38 @@ class CollectiveKernel:
     dst: Buffer
 
 
+@dataclass
+class ControlKernel:
+    """A loop or cond run inside the program: its regions compiled as nested programs.
+
+    `bodies` maps a region's role ('body', 'cond', 'true', 'false') to its Lowered
+    program (own kernels, slots and arena); `operands` are the node's inputs (outer
+    buffers, in order), `results` where each result goes. `spare` holds the second buffer
+    of each loop-carried value (scan/while: the body writes the next value there while
+    reading the current one, then the two swap), `arenas` a scratch buffer per region for
+    its temporaries (None when it needs none), `constants` the outer buffers of each
+    region's constants, in the region's order.
+    """
+    name: str
+    op: str                   # scan, while, cond
+    attrs: dict               # length, reverse, num_carry, ... (no regions)
+    bodies: dict
+    operands: list
+    results: list
+    spare: list = field(default_factory=list)
+    arenas: dict = field(default_factory=dict)
+    constants: dict = field(default_factory=dict)
+    flag: "Buffer | None" = None     # while: the cond region's bool result
+
+    def scratch(self) -> list:
+        return [b for b in self.spare + list(self.arenas.values()) + [self.flag]
+                if b is not None]
+
+
+def _all_stores_at_zero(buffers) -> list:
+    return [Store(b, Const(b.dtype, 0), tuple(ix.const(0) for _ in b.shape)) for b in buffers]
+
+
 # -- building expressions for a group ------------------------------------------------------
 
 class ExprBuilder:
@@ -563,6 +595,9 @@ def build_scatter(name, node: Node, members, buffer_of, dests) -> ScatterKernel:
 
 def kernel_loads(kernel) -> list[Load]:
     """Every Load in a kernel (for alias and in-place checks)."""
+    if isinstance(kernel, ControlKernel):
+        return [Load(b.dtype, b, tuple(ix.const(0) for _ in b.shape))
+                for b in kernel.operands]
     if isinstance(kernel, CollectiveKernel):
         return [Load(kernel.src.dtype, kernel.src, tuple(ix.const(0) for _ in kernel.src.shape))]
     found, seen = [], set()
@@ -613,6 +648,8 @@ def kernel_loads(kernel) -> list[Load]:
 
 
 def kernel_stores(kernel) -> list[Store]:
+    if isinstance(kernel, ControlKernel):       # results and scratch: live at this kernel
+        return _all_stores_at_zero(kernel.results + kernel.scratch())
     if isinstance(kernel, CollectiveKernel):
         return [Store(kernel.dst, Const(kernel.dst.dtype, 0), tuple(ix.const(0) for _ in
                                                                    kernel.dst.shape))]
@@ -629,7 +666,7 @@ def kernel_stores(kernel) -> list[Store]:
 
 KIND_NAMES = {"LoopKernel": "loop", "RowKernel": "row", "DotKernel": "dot",
               "ConvKernel": "conv", "ScatterKernel": "scatter",
-              "CollectiveKernel": "collective"}
+              "CollectiveKernel": "collective", "ControlKernel": "control"}
 
 
 def kernel_kind(kernel) -> str:

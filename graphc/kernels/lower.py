@@ -19,6 +19,7 @@ from ..passes import memory
 from ..passes.fusion import FusionPlan, Group
 from ..passes.program import Program
 from . import kernel as K
+from .control import build_control
 from .refine import refine_loop
 
 
@@ -57,7 +58,9 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
 
     # external buffers
     inputs = list(input_order)
-    in_buf = {n.id: new_buffer(n.shape, n.dtype, "input", n.attrs["name"]) for n in inputs}
+    # keyed by graph and id: an unused input may be a node of the unoptimized graph
+    in_buf = {(n.graph.uid, n.id): new_buffer(n.shape, n.dtype, "input", n.attrs["name"])
+              for n in inputs}
     var_nodes = {}
     for n in nodes:
         if n.op == "variable":
@@ -78,10 +81,10 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
 
     def source_buffer(n: Node):
         if n.op == "parameter":
-            if n.id not in in_buf:
+            if (n.graph.uid, n.id) not in in_buf:
                 raise CompileError(f"placeholder {n.attrs['name']!r} is needed but not among "
                                    f"the executable's inputs")
-            return in_buf[n.id]
+            return in_buf[(n.graph.uid, n.id)]
         if n.op == "variable":
             return var_buf[n.attrs["name"]]
         return const_buf.get(n.id)
@@ -107,7 +110,8 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
             continue                                   # w <- w: nothing to do
         g = group_of.get(n.id)
         ok = g is not None and all(target is not d for ds in dests.values() for d in ds) \
-            and not any(d.kind == "variable" for d in dests.get(n.id, []))
+            and not any(d.kind == "variable" for d in dests.get(n.id, [])) and \
+            next(x for x in groups if x.id == g).kind != "control"
         if ok:
             grp = next(x for x in groups if x.id == g)
             readers = [x.id for x in groups if x.id != g and _reads(x, var_nodes.get(name))] \
@@ -145,11 +149,39 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
             return dests[n.id][0]
         return source_buffer(n)
 
+    # a loop or cond takes its operands as whole buffers: values without one (scalar
+    # constants, inlined views of other buffers) are staged in a temporary first
+    staged_for = {}
+    for g in groups:
+        if g.kind != "control":
+            continue
+        for i in g.anchor.inputs:
+            if buffer_of(i) is None and i.id not in staged_for:
+                staged = new_buffer(i.shape, i.dtype, "temp", f"operand%{i.id}")
+                staged_for[i.id] = staged
+                copies.append((f"operand_{i.id}", i, staged))
+
+    def operand_buffer(n: Node):
+        return staged_for.get(n.id) or buffer_of(n)
+
+    def new_temp(shape, dtype, name):
+        return new_buffer(shape, dtype, "temp", name)
+
+    def add_constant(inner, value):
+        b = new_buffer(inner.shape, inner.dtype, "constant", f"const_{inner.name}")
+        constants.append((b, value))
+        return b
+
     # kernels, and the order they must run in
     deps = nx.DiGraph()
     kernel_of = {}
     for g in groups:
-        kern = _build(g, f"k{g.id}_{g.kind}", buffer_of, lambda n: dests[n.id])
+        if g.kind == "control":
+            kern = build_control(g, f"k{g.id}_{g.anchor.op}", operand_buffer,
+                                 lambda n: dests[n.id],
+                                 new_temp, add_constant, lower)
+        else:
+            kern = _build(g, f"k{g.id}_{g.kind}", buffer_of, lambda n: dests[n.id])
         kernel_of[("g", g.id)] = kern
         deps.add_node(("g", g.id))
     for src, dst in graph_edges.edges():
@@ -174,6 +206,10 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
                 old_readers.setdefault(src.attrs["name"], []).append(key)
         if dst.kind == "temp":
             staged_by[dst.id] = key
+        if src is not None and not isinstance(src, K.Buffer) and src.id in staged_for:
+            for g in groups:
+                if g.kind == "control" and any(i.id == src.id for i in g.anchor.inputs):
+                    deps.add_edge(key, ("g", g.id))
         kernel_of[key] = K.LoopKernel(name.replace("/", "_"), dst.shape, vars_,
                                       [K.Store(dst, value, vars_)])
     for name in in_place:
@@ -204,7 +240,7 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
     mem = memory.plan_memory(sizes, first, last, pairs)
     slots = {}
     slot = 1
-    for b in [in_buf[n.id] for n in inputs] + out_bufs + [var_buf[v] for v in var_names] + \
+    for b in [in_buf[(n.graph.uid, n.id)] for n in inputs] + out_bufs + [var_buf[v] for v in var_names] + \
             [b for b, _ in constants]:
         slots[b.id] = slot
         slot += 1

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.region import Region
 from .program import Program, rebuild
 
 
 def _attr_key(value):
+    if isinstance(value, Region):
+        return ("region", id(value.graph), tuple(p.id for p in value.params),
+                tuple(o.id for o in value.outputs))
     if isinstance(value, np.ndarray):
         return ("array", value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, tuple):

@@ -36,7 +36,7 @@ MAX_GROUP_DEPTH = 128         # longest chain of ops inside one kernel (the kern
 @dataclass
 class Group:
     id: int
-    kind: str                        # loop, row, dot, conv, scatter, collective, copy
+    kind: str                        # loop, row, dot, conv, scatter, collective, control
     roots: list                      # nodes whose values this kernel stores
     members: dict                    # node id -> Node computed inside (roots included)
     anchor: Node | None = None       # the dot/conv/scatter/collective node, if any
@@ -64,6 +64,10 @@ def node_class(node: Node) -> str:
         return {"dot_general": "dot", "conv": "conv", "scatter_add": "scatter"}[node.op]
     if lookup(node.op).kind == "collective":
         return "collective"
+    if node.op == "get":
+        return "projection"
+    if lookup(node.op).kind == "control":
+        return "control"
     return "fusible"
 
 
@@ -119,6 +123,10 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
         if cls[n.id] != "fusible" or n.id in materialized:
             continue
         us = users[n.id]
+        if any(cls[u.id] == "control" for u in us):
+            materialized.add(n.id)
+            decisions.append(f"materialize %{n.id} ({n.op}): operand of a loop or cond")
+            continue
         if any(cls[u.id] == "collective" for u in us) or any(
                 cls[u.id] in ("dot", "conv", "scatter") for u in us) and not pure_view[n.id]:
             materialized.add(n.id)
@@ -159,7 +167,14 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
     groups = []
     node_group = {}
     for n in nodes:
-        if n.id not in materialized:
+        if n.id not in materialized or cls[n.id] == "projection":
+            continue
+        if cls[n.id] == "control":       # the loop/cond and the results read from it
+            gets = sorted((u for u in users[n.id] if u.op == "get"), key=lambda u: u.id)
+            g = Group(len(groups), "control", gets, {n.id: n, **{u.id: u for u in gets}}, n)
+            groups.append(g)
+            for m in [n] + gets:
+                node_group[m.id] = g.id
             continue
         members = {}
         stack = [n]

@@ -13,6 +13,7 @@ from ...ir import dtypes
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from .. import llvm_features
+from .control import ControlBuilder, ControlEntry
 from .loops import Emitter
 from .parallel import ParallelBuilder, split_var
 from .profiling import Profiling
@@ -21,7 +22,7 @@ from .types import COMPUTE, F32, I8, I32, I64, LIBM, STORAGE, VOID, _mangle
 NUMPY_DATA_OFFSET = 16     # PyArrayObject: PyObject_HEAD (refcount, type), then data
 
 
-class ModuleBuilder(ParallelBuilder):
+class ModuleBuilder(ParallelBuilder, ControlBuilder):
     """Builds the LLVM module for one executable."""
 
     def __init__(self, name: str, triple: str = "", data_layout: str = ""):
@@ -34,6 +35,7 @@ class ModuleBuilder(ParallelBuilder):
         self.threads = 1
         self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
         self.profiling = None         # a Profiling in the profiling build
+        self.profile_index: dict = {}  # id(schedule entry) -> its kernel number there
 
     # -- helpers --------------------------------------------------------------------------
     def intrinsic(self, name, types):
@@ -106,9 +108,12 @@ class ModuleBuilder(ParallelBuilder):
             em.bounds[split.name] = (fn.args[-2], fn.args[-1])
         em.kernel(kernel)
         builder.ret_void()
-        index = len(self.kernels)
+        index = len(self.profile_index)
         trampoline = self._trampoline(fn, bufs, index) if split is not None else None
-        self.kernels.append((fn, bufs, (split, own_threads), trampoline))
+        entry = (fn, bufs, (split, own_threads), trampoline)
+        self.kernels.append(entry)
+        if self.profiling is not None:
+            self.profile_index[id(entry)] = index
 
     def _trampoline(self, fn, bufs, index: int):
         """ptr kN_thread(ptr ctx): ctx holds the buffer addresses, begin and end (i64),
@@ -161,9 +166,16 @@ class ModuleBuilder(ParallelBuilder):
             return cache[buf.id]
 
         for entry in schedule:
+            index = self.profile_index.get(id(entry)) if self.profiling is not None else None
+            if isinstance(entry, ControlEntry):
+                if index is not None:
+                    self.profiling.kernel_start(b, index)
+                self.emit_control(b, entry, pointer)
+                if index is not None:
+                    self.profiling.kernel_end(b, index)
+                continue
             fn_k, bufs, (split, own_threads), trampoline = entry
             ptrs = [pointer(x) for x in bufs]
-            index = self.kernels.index(entry) if self.profiling is not None else None
             if index is not None:
                 self.profiling.kernel_start(b, index)
             if split is None:
@@ -242,15 +254,27 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
         native = [k for k in lowered.kernels if not isinstance(k, K.CollectiveKernel)]
         mb.profiling = Profiling(mb.module, len(native), threads)
     offsets = lowered.memory.offsets
-    segments = [[]]
-    for kern in lowered.kernels:
-        if isinstance(kern, K.CollectiveKernel):
-            segments.append([])               # the runtime runs the collective in between
-            continue
-        aliased = _aliased_buffers(kern, offsets)
-        split, own_threads = split_var(kern, threads)
-        mb.add_kernel(kern, aliased, split, own_threads)
-        segments[-1].append(mb.kernels[-1])
+
+    def emit_schedule(low):
+        """Emit a Lowered program's kernels: its segments (runs between collectives)."""
+        segments = [[]]
+        for kern in low.kernels:
+            if isinstance(kern, K.CollectiveKernel):
+                segments.append([])           # the runtime runs the collective in between
+                continue
+            if isinstance(kern, K.ControlKernel):
+                index = len(mb.profile_index) if mb.profiling is not None else None
+                entry = mb.add_control(kern, emit_schedule)
+                if index is not None:
+                    mb.profile_index[id(entry)] = index
+                segments[-1].append(entry)
+                continue
+            aliased = _aliased_buffers(kern, low.memory.offsets)
+            split, own_threads = split_var(kern, threads)
+            mb.add_kernel(kern, aliased, split, own_threads)
+            segments[-1].append(mb.kernels[-1])
+        return segments
+    segments = emit_schedule(lowered)
     mb.add_main(segments, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
     external = sorted((lowered.slots[b.id], b) for b in lowered.buffers.values()
                       if b.id in lowered.slots)

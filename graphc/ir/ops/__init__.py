@@ -1,2 +1,2 @@
 """Importing this package registers every primitive."""
-from . import collectives, elementwise, indexing, linalg, reduce, rng, shape, sources  # noqa: F401
+from . import collectives, control, elementwise, indexing, linalg, reduce, rng, shape, sources  # noqa: F401
