@@ -308,3 +308,96 @@ def test_cli_import_says_which_integer_types_it_widens(tmp_path):
     import graphc_runtime
     out = graphc_runtime.load(str(tmp_path / "u8.gcx"))(a=np.array([1, 100, 200, 255], np.int32))
     np.testing.assert_array_equal(out["y"], [2, 200, 144, 254])
+
+
+# -- control flow: If / Loop / Scan onto gc.cond / gc.scan / gc.while_loop -----------------
+
+def _ort(model, feeds):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime (extra 'test') is missing")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def test_if_with_a_data_dependent_predicate_is_a_cond():
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "x"], ["t"])], "then", [],
+                               [_vi("t", [3])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                               [_vi("e", [3])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(
+                 np.float32(0), "zero")),
+             helper.make_node("Greater", ["s", "zero"], ["p"]),
+             helper.make_node("If", ["p"], ["y"], then_branch=then_g, else_branch=else_g)]
+    m = _model(nodes, [_vi("x", [3])], [_vi("y", [3])])
+    imported = gonnx.import_model(m)
+    assert "cond(" in str(imported.graph)
+    exe = gonnx.compile(m)
+    for v in (np.array([1.0, 2.0, -0.5], np.float32), np.array([-1.0, 0.2, -0.5], np.float32)):
+        np.testing.assert_allclose(exe(x=v)["y"], _ort(m, {"x": v})[0], rtol=1e-6)
+
+
+def _loop_body(cond_expr):
+    """Loop body: y <- y * 0.5 + x; scan output y; condition from `cond_expr`."""
+    half = numpy_helper.from_array(np.float32(0.5), "half")
+    nodes = [helper.make_node("Constant", [], ["half"], value=half),
+             helper.make_node("Mul", ["y_in", "half"], ["m"]),
+             helper.make_node("Add", ["m", "x"], ["y_out"]),
+             helper.make_node("Identity", ["y_out"], ["scan_out"])] + cond_expr
+    return nodes
+
+
+def test_counted_loop_with_scan_outputs_is_a_scan():
+    nodes = _loop_body([helper.make_node("Identity", ["cond_in"], ["cond_out"])])
+    body = helper.make_graph(nodes, "body", [_vi("i", [], TensorProto.INT64),
+                                             _vi("cond_in", [], TensorProto.BOOL),
+                                             _vi("y_in", [2])],
+                             [_vi("cond_out", [], TensorProto.BOOL), _vi("y_out", [2]),
+                              _vi("scan_out", [2])])
+    trip = numpy_helper.from_array(np.int64(5), "trip")
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    m = _model([helper.make_node("Loop", ["trip", "cond", "y0"], ["y", "ys"], body=body)],
+               [_vi("x", [2]), _vi("y0", [2])], [_vi("y", [2]), _vi("ys", [5, 2])],
+               [trip, cond])
+    assert "scan(" in str(gonnx.import_model(m).graph)
+    feeds = {"x": np.array([1.0, -2.0], np.float32), "y0": np.array([0.5, 0.25], np.float32)}
+    got, want = gonnx.compile(m)(**feeds), _ort(m, feeds)
+    np.testing.assert_allclose(got["y"], want[0], rtol=1e-6)
+    np.testing.assert_allclose(got["ys"], want[1], rtol=1e-6)
+
+
+def test_loop_with_a_data_dependent_condition_is_a_while_loop():
+    limit = numpy_helper.from_array(np.float32(10.0), "limit")
+    cond = [helper.make_node("Constant", [], ["limit"], value=limit),
+            helper.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0),
+            helper.make_node("Less", ["s", "limit"], ["cond_out"])]
+    nodes = [n for n in _loop_body(cond) if n.output[0] != "scan_out"]
+    body = helper.make_graph(nodes, "body", [_vi("i", [], TensorProto.INT64),
+                                             _vi("cond_in", [], TensorProto.BOOL),
+                                             _vi("y_in", [2])],
+                             [_vi("cond_out", [], TensorProto.BOOL), _vi("y_out", [2])])
+    trip = numpy_helper.from_array(np.int64(100), "trip")
+    cond0 = numpy_helper.from_array(np.array(True), "cond0")
+    m = _model([helper.make_node("Loop", ["trip", "cond0", "y0"], ["y"], body=body)],
+               [_vi("x", [2]), _vi("y0", [2])], [_vi("y", [2])], [trip, cond0])
+    assert "while(" in str(gonnx.import_model(m).graph)
+    exe = gonnx.compile(m)
+    for x in ([1.0, 2.0], [3.0, 4.0], [0.01, 0.02]):
+        feeds = {"x": np.array(x, np.float32), "y0": np.zeros(2, np.float32)}
+        np.testing.assert_allclose(exe(**feeds)["y"], _ort(m, feeds)[0], rtol=1e-6)
+
+
+def test_scan_with_axes_and_directions():
+    body = helper.make_graph([helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
+                              helper.make_node("Mul", ["s_out", "x_t"], ["y_t"])], "body",
+                             [_vi("s_in", [3]), _vi("x_t", [3])],
+                             [_vi("s_out", [3]), _vi("y_t", [3])])
+    m = _model([helper.make_node("Scan", ["s0", "x"], ["s", "y"], body=body, num_scan_inputs=1,
+                                 scan_input_axes=[1], scan_input_directions=[1],
+                                 scan_output_axes=[1], scan_output_directions=[1])],
+               [_vi("s0", [3]), _vi("x", [3, 4])], [_vi("s", [3]), _vi("y", [3, 4])])
+    rng = np.random.default_rng(0)
+    feeds = {"s0": rng.normal(size=3).astype(np.float32),
+             "x": rng.normal(size=(3, 4)).astype(np.float32)}
+    got, want = gonnx.compile(m)(**feeds), _ort(m, feeds)
+    np.testing.assert_allclose(got["s"], want[0], rtol=1e-5)
+    np.testing.assert_allclose(got["y"], want[1], rtol=1e-5)

@@ -47,6 +47,24 @@ def _type_proto(value):
     return helper.make_tensor_type_proto(elem, shape)
 
 
+def _rename_graph(graph, bound) -> None:
+    """Rename every value of a sub-graph (in place) as the function's own are renamed."""
+    for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+        vi.name = bound(vi.name)
+    for init in graph.initializer:
+        init.name = bound(init.name)
+    for n in graph.node:
+        ins, outs = [bound(i) for i in n.input], [bound(o) for o in n.output]
+        del n.input[:], n.output[:]
+        n.input.extend(ins)
+        n.output.extend(outs)
+        for a in n.attribute:
+            if a.type == a.GRAPH:
+                _rename_graph(a.g, bound)
+            for g in a.graphs:
+                _rename_graph(g, bound)
+
+
 def inline(node, fn, schema, prefix: str):
     """The function's nodes with the caller's names and attributes bound."""
     from onnx import NodeProto
@@ -82,7 +100,12 @@ def inline(node, fn, schema, prefix: str):
                 b.CopyFrom(source)
                 b.name = a.name
             else:
-                n.attribute.add().CopyFrom(a)
+                b = n.attribute.add()
+                b.CopyFrom(a)
+                if b.type == b.GRAPH:               # an If/Loop/Scan body: same names
+                    _rename_graph(b.g, bound)
+                for g in b.graphs:
+                    _rename_graph(g, bound)
         n.name = f"{prefix}/{inner.name or inner.op_type}"
         nodes.append(n)
     return nodes

@@ -11,8 +11,8 @@ from graphc_runtime.errors import GraphcError
 from . import dtypes as odt
 from . import functions
 from . import ops
-from . import (ops_math, ops_nn, ops_pool, ops_quant, ops_resize,  # noqa: F401 (they
-               ops_rnn, ops_signal)                                  # register converters)
+from . import (ops_control, ops_math, ops_nn, ops_pool, ops_quant,  # noqa: F401 (they
+               ops_resize, ops_rnn, ops_signal)                      # register converters)
 from .dtypes import dtype_of, to_array
 from .errors import NeedsInputShapes, NeedsInputValues, UnsupportedError
 
@@ -91,11 +91,17 @@ class Context:
         self.narrow: dict = {}          # value name -> its narrow ONNX integer type
         self.inferred = dict(inferred or {})   # value name -> ONNX element type
         self.operand_types: list = []   # the current node's operands' narrow types (or None)
+        self.env: dict = {}             # the values visible to the current node, by name
 
     def where(self) -> str:
         n = self.node
         label = f"node {n.name!r} " if n.name else ""
         return f"{label}({n.op_type}, opset {self.opset})"
+
+    def convert_nodes(self, nodes, env: dict) -> None:
+        """Convert ONNX nodes into `env` (a loop or branch body's, see ops_control)."""
+        for node in nodes:
+            _convert_node(self, node, env)
 
     def unsupported(self, what: str) -> UnsupportedError:
         return UnsupportedError(f"{self.where()}: {what}")
@@ -116,8 +122,12 @@ class Context:
             return None
         if not isinstance(value, gc.Tensor):
             return np.asarray(value)
-        sources = [n for n in self.graph.ancestors([value.node])
+        sources = [n for n in value.graph.ancestors([value.node])
                    if n.op in ("parameter", "variable")]
+        if sources and value.graph is not self.graph:
+            raise self.unsupported(f"{what} must be known when the model is imported, but "
+                                   f"inside this loop or branch body it depends on the "
+                                   f"body's inputs")
         fed = [n.attrs.get("name") for n in sources if n.op == "parameter"]
         if sources and len(fed) == len(sources):
             raise NeedsInputValues(
@@ -261,6 +271,7 @@ def _convert_node(ctx, node, env, depth: int = 0):
         else:
             args.append(env[name])
     ctx.operand_types = [ctx.narrow.get(name) for name in node.input]
+    ctx.env = env
     convert = ops.CONVERTERS.get(node.op_type)
     if convert is not None and ctx.opset < IMPLEMENTED_FROM:
         _check_old_opset(ctx, node)

@@ -313,7 +313,12 @@ def _size(ctx, a, at):
 @op("Range")
 def _range(ctx, a, at):
     start, limit, delta = (ctx.static(v, "Range's operands") for v in a[:3])
-    return np.arange(start, limit, delta, dtype=np.asarray(start).dtype)
+    for name, v in (("start", start), ("limit", limit), ("delta", delta)):
+        if v.size != 1:
+            raise ctx.unsupported(f"{name} must be a scalar, got shape {v.shape}")
+    dtype = start.dtype
+    start, limit, delta = (v.reshape(()) for v in (start, limit, delta))
+    return np.arange(start, limit, delta, dtype=dtype)
 
 
 @op("Reshape")
@@ -724,12 +729,6 @@ def _layer_norm(ctx, a, at):
     if len(a) > 2 and a[2] is not None:
         y = y + ctx.tensor(a[2], x.dtype)
     return [y, mean, inv]
-
-
-@op("If", "Loop", "Scan")
-def _control_flow(ctx, a, at):
-    raise ctx.unsupported("control flow (If/Loop/Scan) maps onto graphc's control-flow "
-                          "primitives, which do not exist yet")
 
 
 __all__ = ["CONVERTERS"]
