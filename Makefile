@@ -48,6 +48,7 @@ bench: $(BENCH_STAMP)
 	$(PY) -m bench
 	$(PY) -m bench.profiler
 	$(PY) -m bench.onnx
+	$(PY) -m bench.control
 
 clean:
 	rm -rf $(VENV) $(LOW_VENV) build *.egg-info

@@ -31,3 +31,13 @@ def test_onnx_bench_compares_with_onnxruntime(capsys):
     printed = capsys.readouterr().out
     assert "graphc vs onnxruntime" in printed and "geometric mean ratio" in printed
     assert "mobilenet" in printed and "gpt" in printed
+
+
+def test_control_flow_bench_runs(capsys):
+    from bench.control import main as control_main
+    assert control_main(["--quick"]) == 0
+    printed = capsys.readouterr().out
+    assert "W9 LSTM step" in printed and "W10 CG Poisson" in printed
+    assert "numpy/graphc" in printed and "at 4x the steps" in printed
+    residual = float(printed.split("residual ")[1].split()[0])
+    assert residual < 1e-3
