@@ -480,3 +480,82 @@ def test_random_scan_bodies_match_numpy(ops, T, reverse, seed):
     np.testing.assert_allclose(ref[1], ysn, rtol=1e-4, atol=1e-5)
     for a, b in zip(got, ref):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+# -- recurrent layers -----------------------------------------------------------------------
+
+def _sig(v):
+    return 1 / (1 + np.exp(-v))
+
+
+def lstm_numpy(xs, w_ih, w_hh, b):
+    H = w_hh.shape[0]
+    h = c = np.zeros((xs.shape[1], H), xs.dtype)
+    ys = []
+    for x in xs:
+        z = x @ w_ih + b + h @ w_hh
+        c = _sig(z[:, H:2 * H]) * c + _sig(z[:, :H]) * np.tanh(z[:, 2 * H:3 * H])
+        h = _sig(z[:, 3 * H:]) * np.tanh(c)
+        ys.append(h)
+    return np.stack(ys), h, c
+
+
+def gru_numpy(xs, w_ih, w_hh, b_ih, b_hh):
+    H = w_hh.shape[0]
+    h = np.zeros((xs.shape[1], H), xs.dtype)
+    ys = []
+    for x in xs:
+        p, rec = x @ w_ih + b_ih, h @ w_hh + b_hh
+        r, z = _sig(p[:, :H] + rec[:, :H]), _sig(p[:, H:2 * H] + rec[:, H:2 * H])
+        n = np.tanh(p[:, 2 * H:] + r * rec[:, 2 * H:])
+        h = (1 - z) * n + z * h
+        ys.append(h)
+    return np.stack(ys), h
+
+
+def test_lstm_and_gru_layers_match_numpy():
+    rng = np.random.default_rng(16)
+    T, B, I, H = 5, 3, 4, 6
+    v = {"xs": rng.normal(size=(T, B, I)), "wi4": rng.normal(size=(I, 4 * H)) * 0.4,
+         "wh4": rng.normal(size=(H, 4 * H)) * 0.4, "b4": rng.normal(size=4 * H) * 0.1,
+         "wi3": rng.normal(size=(I, 3 * H)) * 0.4, "wh3": rng.normal(size=(H, 3 * H)) * 0.4,
+         "bi3": rng.normal(size=3 * H) * 0.1, "bh3": rng.normal(size=3 * H) * 0.1}
+    v = {k: a.astype("float32") for k, a in v.items()}
+    with gc.Graph("rnn"):
+        p = {k: gc.placeholder(a.shape, name=k) for k, a in v.items()}
+        ys, (h, c) = gc.nn.lstm(p["xs"], p["wi4"], p["wh4"], p["b4"])
+        gys, gh = gc.nn.gru(p["xs"], p["wi3"], p["wh3"], p["bi3"], p["bh3"])
+        got = gc.compile([ys, h, c, gys, gh])(**v)
+        with pytest.raises(gc.ShapeError, match="w_hh must be"):
+            gc.nn.lstm(p["xs"], p["wi4"], p["wh3"])
+    expect = list(lstm_numpy(v["xs"], v["wi4"], v["wh4"], v["b4"])) + \
+        list(gru_numpy(v["xs"], v["wi3"], v["wh3"], v["bi3"], v["bh3"]))
+    for a, b in zip(got, expect):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("checkpoint", [False, True])
+def test_lstm_gradient_matches_finite_differences(checkpoint):
+    rng = np.random.default_rng(17)
+    check_grad(lambda xs, w_ih, w_hh, b: gc.nn.lstm(xs, w_ih, w_hh, b,
+                                                    checkpoint=checkpoint)[0],
+               {"xs": rng.normal(size=(3, 2, 2)), "w_ih": rng.normal(size=(2, 8)) * 0.5,
+                "w_hh": rng.normal(size=(2, 8)) * 0.5, "b": rng.normal(size=8) * 0.1})
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, len(OPS) - 1), min_size=1, max_size=4), st.integers(1, 4),
+       st.booleans(), st.integers(0, 2**31 - 1))
+def test_random_scan_body_gradients_match_finite_differences(ops, T, checkpoint, seed):
+    rng = np.random.default_rng(seed)
+
+    def build(xs, c0):
+        def step(c, x):
+            y = c
+            for k in ops:
+                y = OPS[k](gc, y, x)
+            return y, y.sum()
+        c, ys = gc.scan(step, c0, xs, checkpoint=checkpoint)
+        return c.sum() + ys.sum()
+    check_grad(build, {"xs": rng.uniform(-1.5, 1.5, (T, 3)), "c0": rng.uniform(-1, 1, 3)},
+               tol=1e-5)

@@ -9,9 +9,9 @@ onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
 from graphc.onnx import conformance  # noqa: E402
 
 NEW = tuple(int(p) for p in onnx.__version__.split(".")[:2]) >= (1, 23)
-# cases collected / passing, measured: onnx 1.23: 1884 / 1528; onnx 1.17: 1288 / 1065
+# cases collected / passing, measured: onnx 1.23: 1884 / 1572; onnx 1.17: 1288 / 1077
 MIN_CASES = 1800 if NEW else 1200
-MIN_PASSED = 1565 if NEW else 1060
+MIN_PASSED = 1565 if NEW else 1070
 
 
 @pytest.fixture(scope="module")
