@@ -66,12 +66,13 @@ def lstm_torch(d):
     xs, target = torch.tensor(d["xs"]), torch.tensor(d["target"])
 
     def step():
-        opt.zero_grad()
-        ys, _ = m(xs)
-        loss = ((ys - target) ** 2).mean()
-        loss.backward()
-        opt.step()
-        return loss.item()
+        with torch.enable_grad():       # whatever the caller's grad mode
+            opt.zero_grad()
+            ys, _ = m(xs)
+            loss = ((ys - target) ** 2).mean()
+            loss.backward()
+            opt.step()
+            return loss.item()
     return step
 
 

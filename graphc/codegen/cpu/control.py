@@ -148,6 +148,17 @@ class ControlBuilder:
         return cells
 
     @staticmethod
+    def _loop_head(b, name: str):
+        """Start a loop: branch to a new head block and continue there; returns the
+        (head, step, done) blocks (the head's test branches to step or done)."""
+        func = b.function
+        head, body, done = (func.append_basic_block(f"{name}_{x}")
+                            for x in ("head", "step", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        return head, body, done
+
+    @staticmethod
     def _swap(b, cells) -> None:
         for cur, nxt in cells:
             a, c = b.load(cur), b.load(nxt)
@@ -171,11 +182,7 @@ class ControlBuilder:
               for k in range(len(kern.results) - nc)]
         counter = b.alloca(I64)
         b.store(ir.Constant(I64, 0), counter)
-        func = b.function
-        head, body, done = (func.append_basic_block(f"{kern.name}_{x}")
-                            for x in ("head", "step", "done"))
-        b.branch(head)
-        b.position_at_end(head)
+        head, body, done = self._loop_head(b, kern.name)
         i = b.load(counter)
         b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, T)), body, done)
         b.position_at_end(body)
@@ -211,11 +218,7 @@ class ControlBuilder:
         cells = self._carries(b, kern, raw, ns, True)
         parity = b.alloca(I1)
         b.store(ir.Constant(I1, 0), parity)
-        func = b.function
-        head, body, done = (func.append_basic_block(f"{kern.name}_{x}")
-                            for x in ("test", "step", "done"))
-        b.branch(head)
-        b.position_at_end(head)
+        head, body, done = self._loop_head(b, kern.name)
         for j, (cur, _) in enumerate(cells):
             self._set(b, ctable, 1 + j, b.load(cur))
         b.call(entry.functions["cond"], [ctable])

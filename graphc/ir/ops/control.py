@@ -41,6 +41,12 @@ def _match(kind, expected, got, what: str) -> None:
         raise DTypeError(f"{what}: expected {type_string(es, ed)}, got {type_string(gs, gd)}")
 
 
+def _match_region(region, types, what: str) -> None:
+    """The values a node passes to `region` against its parameters."""
+    for k, (t, p) in enumerate(zip(types, region.param_types())):
+        _match("operand", p, t, f"{what} operand {k}")
+
+
 def _operand_types(inputs) -> list:
     for x in inputs:
         if x.dtype == TUPLE:
@@ -110,10 +116,8 @@ def _while_rule(inputs, attrs):
     state, ccaps, bcaps = types[:ns], types[ns:ns + ncc], types[ns + ncc:]
     if len(cond.params) != ns + ncc or len(body.params) != ns + len(bcaps):
         raise GraphcError("while_loop: operands do not match the regions' parameters")
-    for k, (t, p) in enumerate(zip(state + ccaps, cond.param_types())):
-        _match("operand", p, t, f"while_loop cond operand {k}")
-    for k, (t, p) in enumerate(zip(state + bcaps, body.param_types())):
-        _match("operand", p, t, f"while_loop body operand {k}")
+    _match_region(cond, state + ccaps, "while_loop cond")
+    _match_region(body, state + bcaps, "while_loop body")
     if cond.output_types() != [((), "bool")]:
         got = ", ".join(type_string(*t) for t in cond.output_types())
         raise DTypeError(f"while_loop: cond_fn must return one bool scalar, got {got}")
@@ -152,10 +156,8 @@ def _cond_rule(inputs, attrs):
     ops, tcaps, fcaps = types[1:1 + no], types[1 + no:1 + no + ntc], types[1 + no + ntc:]
     if len(tb.params) != no + ntc or len(fb.params) != no + len(fcaps):
         raise GraphcError("cond: operands do not match the branches' parameters")
-    for k, (t, p) in enumerate(zip(ops + tcaps, tb.param_types())):
-        _match("operand", p, t, f"cond true-branch operand {k}")
-    for k, (t, p) in enumerate(zip(ops + fcaps, fb.param_types())):
-        _match("operand", p, t, f"cond false-branch operand {k}")
+    _match_region(tb, ops + tcaps, "cond true-branch")
+    _match_region(fb, ops + fcaps, "cond false-branch")
     to, fo = tb.output_types(), fb.output_types()
     if len(to) != len(fo):
         raise GraphcError(f"cond: the true branch returns {len(to)} values, the false "
