@@ -58,7 +58,8 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
         raise CompileError("nothing to compile: no outputs and no updates", loc)
     graph = _graph_of(everything + upd_vars)
     program = Program(graph, [t.node for t in flat],
-                      [(v.name, nv.node) for v, nv in zip(upd_vars, upd_vals)])
+                      [(v.name, nv.node) for v, nv in zip(upd_vars, upd_vals)],
+                      {"device": kind})
 
     pm = PassManager(default_pipeline(), options.get("dump_dir"))
     optimized = pm.run(program)

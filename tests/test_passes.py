@@ -134,3 +134,38 @@ def test_conv_to_gemm_rewrites_large_convolutions(graph):
                  window_strides=(1, 1), padding=((0, 0), (0, 0)), lhs_dilation=(1, 1),
                  rhs_dilation=(1, 1), feature_group_count=1)
     assert "conv" in ops(conv_to_gemm(program_of([small])))
+
+
+def test_sums_of_disjoint_pads_become_one_concatenate(graph):
+    from graphc.passes.pads_to_concat import pads_to_concat
+    x = gc.placeholder((4, 8), name="x")
+    z = gc.sin(x)
+    parts = [z[:, :2], z[:, 2:5], z[:, 6:]]                   # column 5 is not read
+    y = sum((gc.tanh(p) * 2.0).sum() for p in parts)
+    (g,) = gc.grad(y, [z])
+    p = program_of([g])
+    q = pads_to_concat(p)
+    # three pieces, one concatenate (with a zero gap at column 5)
+    assert ops(p).count("pad") == 3
+    assert ops(q).count("concatenate") == 1 and ops(q).count("pad") == 0
+    v = np.random.default_rng(0).normal(size=(4, 8)).astype(np.float32)
+    from graphc.ir.interpreter import run
+    np.testing.assert_allclose(run(q.graph, q.outputs, {"x": v})[0],
+                               run(p.graph, p.outputs, {"x": v})[0], rtol=1e-6)
+    np.testing.assert_allclose(gc.compile(g)(x=v), gc.evaluate(g, {"x": v}), rtol=1e-6)
+
+
+def test_column_sums_of_buffers_become_products_with_ones(graph):
+    from graphc.passes.column_sums import column_sums
+    x = gc.placeholder((16, 32, 96), name="x")
+    w = gc.placeholder((300, 80), name="w")
+    outs = [x.sum(axis=(0, 1)), w.sum(axis=0), x.sum(axis=0), x.sum(axis=2),
+            (x * 2.0).sum(axis=(0, 1))]
+    q = column_sums(program_of(outs))
+    # not: 16 rows only, a row sum, a sum of an expression (it stays fused)
+    assert ops(q).count("dot_general") == 2
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.normal(size=(16, 32, 96)).astype(np.float32),
+             "w": rng.normal(size=(300, 80)).astype(np.float32)}
+    for a, b in zip(gc.compile(outs)(**feeds), gc.evaluate(outs, feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
