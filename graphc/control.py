@@ -15,6 +15,7 @@ from . import functions as F
 from .api import Tensor, as_tensor
 from .ir.graph import Graph, current_graph
 from .ir.primitive import bind as bind_node
+from .ir.printer import type_string
 from .ir.region import Region
 from .ir.source import user_location
 
@@ -68,12 +69,8 @@ def _describe_structure(s) -> str:
         (f"({inner})" if kind is tuple else f"[{inner}]")
 
 
-def _tensors(leaves, dtypes_like=None) -> list[Tensor]:
-    out = []
-    for k, (v, _) in enumerate(leaves):
-        dtype = None if dtypes_like is None or isinstance(v, Tensor) else dtypes_like[k]
-        out.append(as_tensor(v, dtype=dtype))
-    return out
+def _tensors(leaves) -> list[Tensor]:
+    return [as_tensor(v) for v, _ in leaves]
 
 
 # -- tracing ----------------------------------------------------------------------------
@@ -100,12 +97,13 @@ class _Body:
         """The region (params: own, then captures) and the outer values it captured."""
         with self.graph:
             nodes = [self.graph.capture(t.node) for t in outputs]
-        captures = [self.graph.captured[k] for k in self.graph.captured]
+        outer = [o for o, _ in self.graph.captured.values()]
+        captures = [p for _, p in self.graph.captured.values()]
         region = Region(self.graph, self.params + captures, nodes)
         self.graph.sealed = (f"this tensor belongs to the body {self.graph.name!r} traced at "
                              f"{self.loc}, and cannot be used outside it; return it from the "
                              f"body instead")
-        return region, list(self.graph.captured_from)
+        return region, outer
 
 
 def _as_body_values(leaves, expected, what: str, loc) -> list[Tensor]:
@@ -115,17 +113,12 @@ def _as_body_values(leaves, expected, what: str, loc) -> list[Tensor]:
         t = as_tensor(v, dtype=None if isinstance(v, Tensor) else dtype)
         if t.shape != tuple(shape):
             raise ShapeError(f"{what}: {path} is {t.node.type_str()}, expected "
-                             f"{dtype_str(shape, dtype)}", loc)
+                             f"{type_string(shape, dtype)}", loc)
         if t.dtype != dtype:
             raise DTypeError(f"{what}: {path} is {t.node.type_str()}, expected "
-                             f"{dtype_str(shape, dtype)}", loc)
+                             f"{type_string(shape, dtype)}", loc)
         out.append(t)
     return out
-
-
-def dtype_str(shape, dtype) -> str:
-    from .ir.printer import type_string
-    return type_string(shape, dtype)
 
 
 def _check_structure(got, expected, what: str, loc) -> None:
@@ -292,7 +285,7 @@ def fori_loop(lower, upper, body_fn, init):
                              f"{b.node.type_str()}", loc)
     dtype = "int64" if "int64" in (lo.dtype, hi.dtype) else "int32"
     lo, hi = F.cast(lo, dtype), F.cast(hi, dtype)
-    i, state = while_loop(lambda c: c[0] < hi, lambda c: (c[0] + 1, body_fn(c[0], c[1])),
+    _, state = while_loop(lambda c: c[0] < hi, lambda c: (c[0] + 1, body_fn(c[0], c[1])),
                           (lo, init))
     return state
 

@@ -1,10 +1,13 @@
 """VJP rules of the control-flow primitives, written with the control-flow API itself, so
 that their results are ordinary IR (and can be differentiated again).
 
-- scan: a scan in the opposite direction over the saved per-step carries, whose body
-  recomputes the forward step and applies its VJP; the captured values' cotangents are
-  summed in extra carries. The forward pass that saves the carries is the same scan with
-  more outputs; `merge_loops` (a compiler pass) runs the two as one loop.
+- scan: a scan in the opposite direction whose body applies the forward step's VJP. By
+  default it reads the forward values that VJP needs (residuals) stacked by the forward
+  pass; with checkpoint=True it reads each step's incoming carries and recomputes the
+  step. Captured values' cotangents are summed in extra carries, or, when they are
+  products of per-step values, computed after the loop as one product over the steps.
+  The forward pass that saves values is the same scan with more outputs; `merge_loops`
+  (a compiler pass) runs the two as one loop.
 - cond: a cond of the branches' VJPs.
 - while: refused, with the reason (the trip count is not known to the gradient).
 """
@@ -14,11 +17,11 @@ from graphc_runtime.errors import GraphcError
 
 from . import functions as F
 from .api import Tensor
+from .control import cond, inline, scan
 from .ir import dtypes
-from .ir.graph import current_graph
+from .ir.graph import TUPLE, current_graph
 from .ir.ops.control import output_types
 from .ir.primitive import bind as bind_node
-from .ir.region import Region
 
 
 def _is_float(t) -> bool:
@@ -30,10 +33,13 @@ def _local(t: Tensor) -> Tensor:
     return Tensor(current_graph().capture(t.node))
 
 
+def _grads(vjp, outputs, wrt, cts) -> list:
+    """`vjp` (graphc.autodiff.vjp, passed in: autodiff imports this module) of `outputs`
+    with respect to `wrt`; [] when there is nothing to differentiate against."""
+    return vjp(outputs, wrt, cts) if wrt else []
+
+
 def scan_vjp(node, cts: list, vjp) -> list:
-    """`vjp` is graphc.autodiff.vjp (passed in: autodiff imports this module)."""
-    _vjp = lambda o, w, c: vjp(o, w, c) if w else []  # noqa: E731
-    from .control import inline, scan
     a = node.attrs
     body, nc, nx, T = a["body"], a["num_carry"], a["num_xs"], a["length"]
     ins = [Tensor(i) for i in node.inputs]
@@ -70,7 +76,7 @@ def scan_vjp(node, cts: list, vjp) -> list:
         outs = inline(body, list(c_t) + list(x_t) + cap_in, copies)
         outputs = [outs[j] for j in fc] + [outs[nc + k] for k in fy]
         wrt = [c_t[j] for j in fc] + [x_t[k] for k in fx] + [cap_in[k] for k in fcap]
-        grads = _vjp(outputs, wrt, list(ct_c) + list(cty_t))
+        grads = _grads(vjp, outputs, wrt, list(ct_c) + list(cty_t))
         g_c, g_x = grads[:len(fc)], grads[len(fc):len(fc) + len(fx)]
         g_cap = grads[len(fc) + len(fx):]
         ys, new_acc = list(g_x), []
@@ -91,8 +97,10 @@ def scan_vjp(node, cts: list, vjp) -> list:
                                       reverse=not a["reverse"])
     if not a["checkpoint"]:
         results = list(ct_init) + list(ct_caps) + list(ys_out)
-        if results:
-            results = _save_residuals(node, results[0].node.inputs[0], copies, len(results))
+        saved_results = _save_residuals(node, results[0].node.inputs[0], copies,
+                                        len(results)) if results else None
+        if saved_results is not None:
+            results = saved_results
             ct_init = results[:len(ct_init)]
             ct_caps = results[len(ct_init):len(ct_init) + len(ct_caps)]
             ys_out = results[len(ct_init) + len(ct_caps):]
@@ -114,15 +122,16 @@ def scan_vjp(node, cts: list, vjp) -> list:
     return result
 
 
-def _save_residuals(fwd, bwd, copies: dict, count: int) -> list:
+def _save_residuals(fwd, bwd, copies: dict, count: int) -> list | None:
     """The backward scan `bwd` reading the forward step's values from the forward pass
     (stacked per step) instead of recomputing them: every recomputed value that depends on
-    the step and that the VJP reads becomes a sequence operand. Returns its results."""
+    the step and that the VJP reads becomes a sequence operand. Returns the new scan's
+    results, or None when the VJP reads no such value (`bwd` stays as it is)."""
     a, b = fwd.attrs, bwd.attrs
     body, region = a["body"], b["body"]
-    graph = region.graph
     nodes = region.nodes()
-    step_dependent = {p.id for p in region.params[:b["num_carry"] + b["num_xs"]]}
+    first_cap = b["num_carry"] + b["num_xs"]
+    step_dependent = {p.id for p in region.params[:first_cap]}
     for n in nodes:
         if any(i.id in step_dependent for i in n.inputs):
             step_dependent.add(n.id)
@@ -131,11 +140,11 @@ def _save_residuals(fwd, bwd, copies: dict, count: int) -> list:
         if n.id in copies or n.op == "parameter":
             continue
         for i in n.inputs:          # a VJP node reading a recomputed, step-dependent value
-            if i.id in copies and i.id in step_dependent and i.dtype != "tuple" and \
+            if i.id in copies and i.id in step_dependent and i.dtype != TUPLE and \
                     i not in residuals:
                 residuals.append(i)
     if not residuals:
-        return [Tensor(bind_node("get", [bwd], {"index": k}, loc=bwd.loc)) for k in range(count)]
+        return None
     nc, ny = a["num_carry"], len(body.outputs) - a["num_carry"]
     saver = bind_node("scan", fwd.inputs, dict(a, body=body.with_outputs(
         body.outputs + body.params[:nc] + tuple(copies[r.id] for r in residuals))),
@@ -143,33 +152,7 @@ def _save_residuals(fwd, bwd, copies: dict, count: int) -> list:
     stacked = [bind_node("get", [saver], {"index": nc + ny + nc + k}, loc=fwd.loc)
                for k in range(len(residuals))]
     # the backward body again, with the residuals as parameters (sequence slices)
-    new = type(graph)(graph.name)
-    mapping = {}
-    first_cap = b["num_carry"] + b["num_xs"]
-    params = list(region.params[:first_cap])
-    for p in params:
-        mapping[p.id] = new.add_node("parameter", (), p.attrs, p.shape, p.dtype, None, p.loc)
-    for k, r in enumerate(residuals):
-        mapping[r.id] = new.add_node("parameter", (), {"name": f"residual{k}", "shape": r.shape,
-                                                      "dtype": r.dtype}, r.shape, r.dtype,
-                                     None, r.loc)
-    for p in region.params[first_cap:]:
-        mapping[p.id] = new.add_node("parameter", (), p.attrs, p.shape, p.dtype, None, p.loc)
-    needed, stack = set(), list(region.outputs)
-    while stack:
-        n = stack.pop()
-        if n.id in needed or n.id in mapping:
-            continue
-        needed.add(n.id)
-        stack.extend(n.inputs)
-    for n in nodes:
-        if n.id in needed:
-            mapping[n.id] = new.add_node(n.op, [mapping[i.id] for i in n.inputs], n.attrs,
-                                         n.shape, n.dtype, n.name, n.loc)
-    new_region = Region(new, [mapping[p.id] for p in region.params[:first_cap]] +
-                        [mapping[r.id] for r in residuals] +
-                        [mapping[p.id] for p in region.params[first_cap:]],
-                        [mapping[o.id] for o in region.outputs])
+    new_region = region.cut(residuals, first_cap, "residual")
     ins = list(bwd.inputs)
     node = bind_node("scan", ins[:first_cap] + stacked + ins[first_cap:],
                      dict(b, body=new_region, num_xs=b["num_xs"] + len(residuals)),
@@ -212,8 +195,6 @@ def _stacked_dot(us: Tensor, vs: Tensor, attrs: dict) -> Tensor:
 
 
 def cond_vjp(node, cts: list, vjp) -> list:
-    from .control import cond, inline
-    _vjp = lambda o, w, c: vjp(o, w, c) if w else []  # noqa: E731
     a = node.attrs
     no, ntc = a["num_operands"], a["num_true_captures"]
     ins = [Tensor(i) for i in node.inputs]
@@ -233,7 +214,7 @@ def cond_vjp(node, cts: list, vjp) -> list:
             cap_in = [_local(c) for c in caps]
             outs = inline(region, op_in + cap_in)
             wrt = [op_in[k] for k in fops] + [cap_in[k] for k in fcap_idx]
-            grads = _vjp([outs[k] for k in fo], wrt, ct_in)
+            grads = _grads(vjp, [outs[k] for k in fo], wrt, ct_in)
             g_ops, g_caps = grads[:len(fops)], grads[len(fops):]
             zeros_t = [F.full(tcaps[k].shape, 0, tcaps[k].dtype) for k in ft]
             zeros_f = [F.full(fcaps[k].shape, 0, fcaps[k].dtype) for k in ff]

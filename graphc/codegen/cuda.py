@@ -15,7 +15,6 @@ import math
 import os
 
 import llvmlite.ir as ir
-import numpy as np
 
 from graphc_runtime.errors import CompileError
 
@@ -500,12 +499,11 @@ def _launch_table(schedule, launches) -> list:
                           "buffers": [_where(buf, low) for buf in bufs]})
             continue
         _, kern, bodies, low = entry
-        nbytes = lambda b: int(np.prod(b.shape, dtype=np.int64)) * dtypes.itemsize(b.dtype)  # noqa: E731
         table.append({
             "control": kern.op, "name": kern.name,
             "attrs": {k: v for k, v in kern.attrs.items() if isinstance(v, (int, bool))},
-            "operands": [dict(_where(b, low), bytes=nbytes(b)) for b in kern.operands],
-            "results": [dict(_where(b, low), bytes=nbytes(b)) for b in kern.results],
+            "operands": [dict(_where(b, low), bytes=b.nbytes) for b in kern.operands],
+            "results": [dict(_where(b, low), bytes=b.nbytes) for b in kern.results],
             "spare": [_where(b, low) for b in kern.spare],
             "flag": _where(kern.flag, low) if kern.flag is not None else None,
             "bodies": {role: {

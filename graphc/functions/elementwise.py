@@ -9,29 +9,23 @@ from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
 from ..tensor import Tensor, bind, constant
 from ..ir import dtypes
-from ..ir.graph import current_graph
+from ..ir.graph import graph_for
 from ..ir.source import user_location
 
 
 # -- promotion and broadcasting ---------------------------------------------------------
 
 def _graph_for(values):
-    """The graph a result goes into: the operands' graph, or the innermost of nested
-    ones (a loop body reads its enclosing graphs' tensors, see graphc.control)."""
+    """The graph a result goes into (graphc.ir.graph.graph_for: the operands' graph, or
+    the innermost of nested ones, a loop body reading its enclosing graphs' tensors)."""
     graphs = [v.graph for v in values if isinstance(v, Tensor)]
-    current = current_graph()
-    if not graphs:
-        return current
-    if current.parent is not None and all(current.encloses(g) for g in graphs):
-        return current
-    best = graphs[0]
-    for g in graphs[1:]:
-        if g.encloses(best):
-            best = g
-        elif not best.encloses(g):
-            raise GraphcError(f"tensors of graphs {graphs[0].name!r} and {g.name!r} cannot "
-                              f"be combined", user_location())
-    return best
+    graph = graph_for(graphs)
+    if graph is None:
+        other = next((g for g in graphs if not (g.encloses(graphs[0]) or
+                                               graphs[0].encloses(g))), graphs[-1])
+        raise GraphcError(f"tensors of graphs {graphs[0].name!r} and {other.name!r} cannot "
+                          f"be combined", user_location())
+    return graph
 
 
 def result_dtype(values, what: str) -> str:

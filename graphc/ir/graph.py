@@ -76,10 +76,10 @@ class Graph:
         self._node_names: set[str] = set()
         self.uid = next(Graph._ids)
         # a region's body being traced: the graph it is nested in, and the values of
-        # enclosing graphs it reads (outer node -> parameter node of this graph)
+        # enclosing graphs it reads, in capture order: (outer graph uid, node id) ->
+        # (the value in the parent graph, the parameter of this graph standing for it)
         self.parent = parent
-        self.captured: dict[tuple, Node] = {}
-        self.captured_from: list[Node] = []
+        self.captured: dict[tuple, tuple[Node, Node]] = {}
         self.sealed: str | None = None     # why no node may be added any more
 
     # -- regions -----------------------------------------------------------------------
@@ -106,9 +106,8 @@ class Graph:
             param = self.add_node("parameter", (), {"name": f"capture{len(self.captured)}",
                                                    "shape": node.shape, "dtype": node.dtype},
                                   node.shape, node.dtype, None, node.loc)
-            self.captured[key] = param
-            self.captured_from.append(outer)
-        return self.captured[key]
+            self.captured[key] = (outer, param)
+        return self.captured[key][1]
 
     # -- construction ----------------------------------------------------------------
     def add_node(self, op: str, inputs, attrs: dict, shape, dtype: str,
@@ -190,6 +189,24 @@ def current_graph() -> Graph:
     """The innermost graph entered with `with g:`, else the default graph."""
     stack = _stack()
     return stack[-1] if stack else _default_graph
+
+
+def graph_for(graphs) -> Graph | None:
+    """The graph a node over values of `graphs` goes into: the region being traced when
+    it sees all of them (values of enclosing graphs are captured), else the innermost of
+    them; None when they are not nested in one another. No graphs: the current one."""
+    current = current_graph()
+    graphs = list(graphs)
+    if not graphs or (current.parent is not None and all(current.encloses(g)
+                                                         for g in graphs)):
+        return current
+    best = graphs[0]
+    for g in graphs[1:]:
+        if g.encloses(best):
+            best = g
+        elif not best.encloses(g):
+            return None
+    return best
 
 
 def reset_default_graph() -> Graph:

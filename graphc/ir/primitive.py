@@ -12,7 +12,7 @@ import numpy as np
 
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
-from .graph import Graph, Node, current_graph
+from .graph import Graph, Node, graph_for
 from .source import user_location
 
 # kinds, used by passes and backends to pick a lowering family
@@ -81,8 +81,9 @@ def bind(op: str, inputs=(), attrs: dict | None = None, graph: Graph | None = No
         loc = user_location()
     if prim.arity is not None and len(inputs) != prim.arity:
         raise GraphcError(f"{op}: expects {prim.arity} operand(s), got {len(inputs)}", loc)
-    if graph is None:
-        graph = _graph_for(inputs)
+    if graph is None:       # unrelated graphs: the check below names them
+        graphs = [x.graph for x in inputs if isinstance(x, Node)]
+        graph = graph_for(graphs) or graphs[0]
     inputs = tuple(graph.capture(x) if isinstance(x, Node) and x.graph is not graph and
                    graph.encloses(x.graph) else x for x in inputs)
     for x in inputs:
@@ -100,23 +101,6 @@ def bind(op: str, inputs=(), attrs: dict | None = None, graph: Graph | None = No
             raise type(e)(f"{op}: {e.bare_message}", loc) from None
         raise
     return graph.add_node(op, inputs, attrs, tuple(int(d) for d in shape), dtype, name, loc)
-
-
-def _graph_for(inputs) -> Graph:
-    """The graph a new node goes into: the region being traced when every operand is
-    visible from it (values of enclosing graphs are captured), else the operands'."""
-    current = current_graph()
-    if current.parent is not None and all(isinstance(x, Node) and current.encloses(x.graph)
-                                          for x in inputs):
-        return current
-    if inputs and isinstance(inputs[0], Node):
-        # the innermost graph among the operands' (a region sees its enclosing graphs)
-        best = inputs[0].graph
-        for x in inputs[1:]:
-            if isinstance(x, Node) and x.graph.encloses(best):
-                best = x.graph
-        return best
-    return current
 
 
 # --- helpers shared by the rules ------------------------------------------------------

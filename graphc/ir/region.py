@@ -41,6 +41,36 @@ class Region:
         live.update(p.id for p in self.params)
         return [n for n in self.graph.nodes if n.id in live]
 
+    def cut(self, values, at: int, prefix: str) -> "Region":
+        """A copy of this region (in a new graph) in which its nodes `values` are
+        parameters, named prefix0, prefix1..., inserted before parameter `at`; of the
+        rest, only what the outputs still need is copied."""
+        new = type(self.graph)(self.graph.name)       # a Graph (not imported: cycle)
+        mapping = {}
+
+        def parameter(n, attrs):
+            mapping[n.id] = new.add_node("parameter", (), attrs, n.shape, n.dtype,
+                                         n.name if n.op == "parameter" else None, n.loc)
+        for p in self.params[:at]:
+            parameter(p, p.attrs)
+        for k, v in enumerate(values):
+            parameter(v, {"name": f"{prefix}{k}", "shape": v.shape, "dtype": v.dtype})
+        for p in self.params[at:]:
+            parameter(p, p.attrs)
+        needed, stack = set(), list(self.outputs)
+        while stack:
+            n = stack.pop()
+            if n.id not in needed and n.id not in mapping:
+                needed.add(n.id)
+                stack.extend(n.inputs)
+        for n in self.graph.nodes:
+            if n.id in needed:
+                mapping[n.id] = new.add_node(n.op, [mapping[i.id] for i in n.inputs], n.attrs,
+                                             n.shape, n.dtype, n.name, n.loc)
+        params = list(self.params[:at]) + list(values) + list(self.params[at:])
+        return Region(new, [mapping[p.id] for p in params],
+                      [mapping[o.id] for o in self.outputs])
+
     def with_outputs(self, outputs) -> "Region":
         """The same body, handing back `outputs` (nodes of this region's graph)."""
         return Region(self.graph, self.params, outputs)

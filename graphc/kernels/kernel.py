@@ -31,6 +31,13 @@ class Buffer:
     kind: str            # 'input', 'output', 'variable', 'constant', 'temp'
     name: str = ""
 
+    @property
+    def nbytes(self) -> int:
+        n = dtypes.itemsize(self.dtype)
+        for d in self.shape:
+            n *= d
+        return n
+
 
 @dataclass(frozen=True)
 class VExpr:
@@ -219,7 +226,13 @@ class ControlKernel:
                 if b is not None]
 
 
-def _all_stores_at_zero(buffers) -> list:
+def _whole_loads(buffers) -> list:
+    """Loads standing for a kernel that reads these buffers outside any expression
+    (collectives, loops): for liveness and alias checks."""
+    return [Load(b.dtype, b, tuple(ix.const(0) for _ in b.shape)) for b in buffers]
+
+
+def _whole_stores(buffers) -> list:
     return [Store(b, Const(b.dtype, 0), tuple(ix.const(0) for _ in b.shape)) for b in buffers]
 
 
@@ -596,10 +609,9 @@ def build_scatter(name, node: Node, members, buffer_of, dests) -> ScatterKernel:
 def kernel_loads(kernel) -> list[Load]:
     """Every Load in a kernel (for alias and in-place checks)."""
     if isinstance(kernel, ControlKernel):
-        return [Load(b.dtype, b, tuple(ix.const(0) for _ in b.shape))
-                for b in kernel.operands]
+        return _whole_loads(kernel.operands)
     if isinstance(kernel, CollectiveKernel):
-        return [Load(kernel.src.dtype, kernel.src, tuple(ix.const(0) for _ in kernel.src.shape))]
+        return _whole_loads([kernel.src])
     found, seen = [], set()
 
     def walk(e):
@@ -649,10 +661,9 @@ def kernel_loads(kernel) -> list[Load]:
 
 def kernel_stores(kernel) -> list[Store]:
     if isinstance(kernel, ControlKernel):       # results and scratch: live at this kernel
-        return _all_stores_at_zero(kernel.results + kernel.scratch())
+        return _whole_stores(kernel.results + kernel.scratch())
     if isinstance(kernel, CollectiveKernel):
-        return [Store(kernel.dst, Const(kernel.dst.dtype, 0), tuple(ix.const(0) for _ in
-                                                                   kernel.dst.shape))]
+        return _whole_stores([kernel.dst])
     if isinstance(kernel, LoopKernel):
         return kernel.stores
     if isinstance(kernel, RowKernel):

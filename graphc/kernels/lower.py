@@ -58,9 +58,8 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
 
     # external buffers
     inputs = list(input_order)
-    # keyed by graph and id: an unused input may be a node of the unoptimized graph
-    in_buf = {(n.graph.uid, n.id): new_buffer(n.shape, n.dtype, "input", n.attrs["name"])
-              for n in inputs}
+    # keyed by node, not id: an unused input may be a node of the unoptimized graph
+    in_buf = {n: new_buffer(n.shape, n.dtype, "input", n.attrs["name"]) for n in inputs}
     var_nodes = {}
     for n in nodes:
         if n.op == "variable":
@@ -81,10 +80,10 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
 
     def source_buffer(n: Node):
         if n.op == "parameter":
-            if (n.graph.uid, n.id) not in in_buf:
+            if n not in in_buf:
                 raise CompileError(f"placeholder {n.attrs['name']!r} is needed but not among "
                                    f"the executable's inputs")
-            return in_buf[(n.graph.uid, n.id)]
+            return in_buf[n]
         if n.op == "variable":
             return var_buf[n.attrs["name"]]
         return const_buf.get(n.id)
@@ -109,11 +108,12 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
         if n.op == "variable" and n.attrs["name"] == name:
             continue                                   # w <- w: nothing to do
         g = group_of.get(n.id)
-        ok = g is not None and all(target is not d for ds in dests.values() for d in ds) \
-            and not any(d.kind == "variable" for d in dests.get(n.id, [])) and \
-            next(x for x in groups if x.id == g).kind != "control"
+        grp = next(x for x in groups if x.id == g) if g is not None else None
+        # a loop's results are written by its regions' kernels: copied, not in place
+        ok = grp is not None and grp.kind != "control" and \
+            all(target is not d for ds in dests.values() for d in ds) \
+            and not any(d.kind == "variable" for d in dests.get(n.id, []))
         if ok:
-            grp = next(x for x in groups if x.id == g)
             readers = [x.id for x in groups if x.id != g and _reads(x, var_nodes.get(name))] \
                 if name in var_nodes else []
             trial = graph_edges.copy()
@@ -151,7 +151,7 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
 
     # a loop or cond takes its operands as whole buffers: values without one (scalar
     # constants, inlined views of other buffers) are staged in a temporary first
-    staged_for = {}
+    staged_for, staged_users = {}, {}
     for g in groups:
         if g.kind != "control":
             continue
@@ -160,6 +160,8 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
                 staged = new_buffer(i.shape, i.dtype, "temp", f"operand%{i.id}")
                 staged_for[i.id] = staged
                 copies.append((f"operand_{i.id}", i, staged))
+            if i.id in staged_for:
+                staged_users.setdefault(i.id, set()).add(g.id)
 
     def operand_buffer(n: Node):
         return staged_for.get(n.id) or buffer_of(n)
@@ -207,10 +209,8 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
                 old_readers.setdefault(src.attrs["name"], []).append(key)
         if dst.kind == "temp":
             staged_by[dst.id] = key
-        if src is not None and not isinstance(src, K.Buffer) and src.id in staged_for:
-            for g in groups:
-                if g.kind == "control" and any(i.id == src.id for i in g.anchor.inputs):
-                    deps.add_edge(key, ("g", g.id))
+        if not isinstance(src, K.Buffer) and dst is staged_for.get(src.id):
+            deps.add_edges_from((key, ("g", gid)) for gid in staged_users[src.id])
         kernel_of[key] = K.LoopKernel(name.replace("/", "_"), dst.shape, vars_,
                                       [K.Store(dst, value, vars_)])
     for name in in_place:
@@ -236,27 +236,20 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
             if ld.buffer.kind == "temp":
                 last[ld.buffer.id] = max(last.get(ld.buffer.id, t), t)
     for b in first:
-        sizes[b] = _nbytes(buffers[b])
+        sizes[b] = buffers[b].nbytes
     pairs = _in_place_pairs(kernels, last)
     mem = memory.plan_memory(sizes, first, last, pairs)
     slots = {}
     slot = 1
-    for b in [in_buf[(n.graph.uid, n.id)] for n in inputs] + out_bufs + [var_buf[v] for v in var_names] + \
+    for b in [in_buf[n] for n in inputs] + out_bufs + [var_buf[v] for v in var_names] + \
             [b for b, _ in constants]:
         slots[b.id] = slot
         slot += 1
     naive = sum(n.nbytes for n in nodes if n.op not in ("parameter", "variable", "constant"))
-    traffic = [(k.name, sum(_nbytes(l.buffer) for l in _unique_loads(k)),
-                sum(_nbytes(s.buffer) for s in K.kernel_stores(k))) for k in kernels]
+    traffic = [(k.name, sum(l.buffer.nbytes for l in _unique_loads(k)),
+                sum(s.buffer.nbytes for s in K.kernel_stores(k))) for k in kernels]
     return Lowered(kernels, buffers, inputs, out_bufs, var_names, constants, mem, slots,
                    kgroups, in_place, copied, naive, traffic)
-
-
-def _nbytes(b: K.Buffer) -> int:
-    n = 1
-    for d in b.shape:
-        n *= d
-    return n * dtypes.itemsize(b.dtype)
 
 
 def _unique_loads(k):
@@ -346,6 +339,6 @@ def _in_place_pairs(kernels, last) -> list:
                 if b.kind != "temp" or last.get(b.id) != t or b.id == s.buffer.id:
                     continue
                 if all(tuple(x.index) == tuple(s.index) for x in loads if x.buffer.id == b.id) \
-                        and _nbytes(b) == _nbytes(s.buffer):
+                        and b.nbytes == s.buffer.nbytes:
                     pairs.append((b.id, s.buffer.id))
     return pairs

@@ -13,7 +13,7 @@ import numpy as np
 
 import graphc as gc
 
-from .dtypes import dtype_of, to_array
+from .dtypes import to_array
 from .registry import op
 
 
@@ -42,14 +42,9 @@ def _tensors(ctx, values) -> list:
     return [v if isinstance(v, gc.Tensor) else gc.constant(np.asarray(v)) for v in values]
 
 
-def _input_types(ctx, graph) -> list:
-    out = []
-    for inp in graph.input:
-        t = inp.type.tensor_type
-        if not inp.type.HasField("tensor_type"):
-            raise ctx.unsupported(f"body input {inp.name!r} is not a tensor")
-        out.append(dtype_of(t.elem_type, f"body input {inp.name!r}"))
-    return out
+def _like(ctx, values, carried) -> list:
+    """A body's new loop-carried values as Tensors of the carried values' dtypes."""
+    return [ctx.tensor(v, c.dtype) for v, c in zip(values, carried)]
 
 
 def _bool_scalar(ctx, value, what: str):
@@ -117,8 +112,7 @@ def _counted_loop(ctx, body, names, state, trip: int, n_scan: int) -> list:
         keep = outs[0]
         if isinstance(keep, gc.Tensor) or not bool(np.asarray(keep).reshape(-1)[0]):
             raise _DataDependent
-        new = [gc.cast(t, s.dtype) if t.dtype != s.dtype else t
-               for t, s in zip(_tensors(ctx, outs[1:1 + len(values)]), values)]
+        new = _like(ctx, outs[1:1 + len(values)], values)
         return (i + 1, new), _tensors(ctx, outs[1 + len(values):])
     (_, final), ys = gc.scan(step, (gc.constant(np.int64(0)), state), length=trip)
     return list(final) + list(ys)
@@ -135,8 +129,7 @@ def _while_loop(ctx, body, names, state, trip, cond0) -> list:
     def step(s):
         i, keep, values = s
         outs = _run_body(ctx, body, dict(zip(names, [i, keep] + list(values))))
-        new = [gc.cast(t, v.dtype) if t.dtype != v.dtype else t
-               for t, v in zip(_tensors(ctx, outs[1:]), values)]
+        new = _like(ctx, outs[1:], values)
         return i + 1, _bool_scalar(ctx, outs[0], "the body's condition"), new
     _, _, final = gc.while_loop(test, step, (gc.constant(np.int64(0)), keep0, state))
     return list(final)
@@ -165,8 +158,7 @@ def _scan(ctx, a, at):
 
     def step(carry, xs):
         outs = _run_body(ctx, body, dict(zip(names, list(carry) + list(xs))))
-        new = [gc.cast(t, s.dtype) if t.dtype != s.dtype else t
-               for t, s in zip(_tensors(ctx, outs[:n_state]), carry)]
+        new = _like(ctx, outs[:n_state], carry)
         return new, _tensors(ctx, outs[n_state:])
     final, ys = gc.scan(step, states, moved)
     results = []

@@ -7,7 +7,6 @@ only as operands of hoisted work. Nested loops are left where they are.
 """
 from __future__ import annotations
 
-from ..ir.graph import Graph
 from ..ir.primitive import lookup
 from ..ir.region import Region
 from .fusion import VIEW_OPS
@@ -62,23 +61,7 @@ def _split(builder, region: Region, operands: dict, captured: set):
     for n in region.nodes():
         if n.id in hoisted:
             outer[n.id] = builder.add(n.op, [outer[i.id] for i in n.inputs], n.attrs, like=n)
-    graph = Graph(region.graph.name)
-    inner = {}
-    for p in region.params:
-        inner[p.id] = graph.add_node("parameter", (), p.attrs, p.shape, p.dtype, p.name, p.loc)
-    new_params = []
-    for k, n in enumerate(frontier):
-        p = graph.add_node("parameter", (), {"name": f"hoisted{k}", "shape": n.shape,
-                                             "dtype": n.dtype}, n.shape, n.dtype, None, n.loc)
-        inner[n.id] = p
-        new_params.append(p)
-    for n in region.nodes():
-        if n.id in inner or n.id in hoisted:
-            continue
-        inner[n.id] = graph.add_node(n.op, [inner[i.id] for i in n.inputs], n.attrs, n.shape,
-                                     n.dtype, n.name, n.loc)
-    new = Region(graph, [inner[p.id] for p in region.params] + new_params,
-                 [inner[o.id] for o in region.outputs])
+    new = region.cut(frontier, len(region.params), "hoisted")
     return new, [outer[n.id] for n in frontier]
 
 

@@ -15,23 +15,14 @@ import llvmlite.ir as ir
 
 from graphc_runtime.errors import CompileError
 
-from ...ir import dtypes
 from ...kernels import kernel as K
 from .types import I1, I8, I64, VOID
-
-
-def nbytes(buf) -> int:
-    n = dtypes.itemsize(buf.dtype)
-    for d in buf.shape:
-        n *= d
-    return n
 
 
 @dataclass
 class ControlEntry:
     kernel: K.ControlKernel
     functions: dict           # role -> the region's function
-    slots: dict               # role -> Lowered (for its slot numbering)
 
 
 class ControlBuilder:
@@ -53,7 +44,10 @@ class ControlBuilder:
                     lambda buf, low=low: low.memory.offsets[buf.id])
         finally:
             self.profiling = saved
-        return ControlEntry(kern, functions, kern.bodies)
+        entry = ControlEntry(kern, functions)
+        if self.profiling is not None:       # timed as one kernel of its program
+            self.profile_index[id(entry)] = len(self.profile_index)
+        return entry
 
     # -- helpers -----------------------------------------------------------------------
     def _copy_bytes(self):
@@ -93,7 +87,7 @@ class ControlBuilder:
 
     def _fill_static(self, b, entry, role, table, raw, captures) -> None:
         """Arena, captured values and constants of region `role` (fixed across steps)."""
-        kern, low = entry.kernel, entry.slots[role]
+        kern, low = entry.kernel, entry.kernel.bodies[role]
         i8p = ir.PointerType(I8)
         arena = kern.arenas.get(role)
         self._set(b, table, 0, raw(arena) if arena is not None else ir.Constant(i8p, None))
@@ -140,7 +134,7 @@ class ControlBuilder:
         for j in range(count):
             res, spare = raw(kern.results[j]), raw(kern.spare[j])
             start, other = (res, spare) if final_in_result else (spare, res)
-            self._copy(b, start, raw(kern.operands[j]), nbytes(kern.results[j]))
+            self._copy(b, start, raw(kern.operands[j]), kern.results[j].nbytes)
             cur, nxt = b.alloca(i8p), b.alloca(i8p)
             b.store(start, cur)
             b.store(other, nxt)
@@ -167,7 +161,7 @@ class ControlBuilder:
 
     def _emit_scan(self, b, entry, raw) -> None:
         kern = entry.kernel
-        low = entry.slots["body"]
+        low = entry.kernel.bodies["body"]
         fn = entry.functions["body"]
         a = kern.attrs
         nc, nx, T, reverse = a["num_carry"], a["num_xs"], a["length"], a["reverse"]
@@ -176,9 +170,9 @@ class ControlBuilder:
         self._fill_static(b, entry, "body", table, raw,
                           [(nc + nx + k, buf) for k, buf in enumerate(caps)])
         cells = self._carries(b, kern, raw, nc, T % 2 == 0)
-        xs = [(raw(kern.operands[nc + k]), nbytes(kern.operands[nc + k]) // max(T, 1))
+        xs = [(raw(kern.operands[nc + k]), kern.operands[nc + k].nbytes // max(T, 1))
               for k in range(nx)]
-        ys = [(raw(kern.results[nc + k]), nbytes(kern.results[nc + k]) // max(T, 1))
+        ys = [(raw(kern.results[nc + k]), kern.results[nc + k].nbytes // max(T, 1))
               for k in range(len(kern.results) - nc)]
         counter = b.alloca(I64)
         b.store(ir.Constant(I64, 0), counter)
@@ -205,7 +199,7 @@ class ControlBuilder:
         kern = entry.kernel
         a = kern.attrs
         ns, ncc = a["num_state"], a["num_cond_captures"]
-        clow, blow = entry.slots["cond"], entry.slots["body"]
+        clow, blow = entry.kernel.bodies["cond"], entry.kernel.bodies["body"]
         ccaps = kern.operands[ns:ns + ncc]
         bcaps = kern.operands[ns + ncc:]
         ctable, btable = self._table(b, clow), self._table(b, blow)
@@ -235,7 +229,7 @@ class ControlBuilder:
         b.position_at_end(done)
         with b.if_then(b.load(parity)):          # the final state is in the spare buffers
             for j, (cur, _) in enumerate(cells):
-                self._copy(b, raw(kern.results[j]), b.load(cur), nbytes(kern.results[j]))
+                self._copy(b, raw(kern.results[j]), b.load(cur), kern.results[j].nbytes)
 
     def _emit_cond(self, b, entry, raw) -> None:
         kern = entry.kernel
@@ -248,7 +242,7 @@ class ControlBuilder:
         with b.if_else(pred) as (then, otherwise):
             for role, block in (("true", then), ("false", otherwise)):
                 with block:
-                    low = entry.slots[role]
+                    low = entry.kernel.bodies[role]
                     table = self._table(b, low)
                     self._fill_static(b, entry, role, table, raw,
                                       [(no + k, buf) for k, buf in enumerate(caps[role])])

@@ -9,7 +9,6 @@ import llvmlite.ir as ir
 from graphc_runtime.cpu import ENTRY_ABI
 from graphc_runtime.errors import CompileError
 
-from ...ir import dtypes
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from .. import llvm_features
@@ -263,11 +262,7 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
                 segments.append([])           # the runtime runs the collective in between
                 continue
             if isinstance(kern, K.ControlKernel):
-                index = len(mb.profile_index) if mb.profiling is not None else None
-                entry = mb.add_control(kern, emit_schedule)
-                if index is not None:
-                    mb.profile_index[id(entry)] = index
-                segments[-1].append(entry)
+                segments[-1].append(mb.add_control(kern, emit_schedule))
                 continue
             aliased = _aliased_buffers(kern, low.memory.offsets)
             split, own_threads = split_var(kern, threads)
@@ -278,9 +273,9 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
     mb.add_main(segments, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
     external = sorted((lowered.slots[b.id], b) for b in lowered.buffers.values()
                       if b.id in lowered.slots)
-    input_bytes = [_size(b) for _, b in external if b.kind == "input"]
+    input_bytes = [b.nbytes for _, b in external if b.kind == "input"]
     guarded = [(0, lowered.memory.arena_bytes)] + \
-        [(slot, _size(b)) for slot, b in external if b.kind == "variable"]
+        [(slot, b.nbytes) for slot, b in external if b.kind == "variable"]
     mb.add_entry(1 + len(lowered.slots), len(lowered.inputs) + len(lowered.outputs),
                  input_bytes, guarded)
     return str(mb.module)
@@ -298,16 +293,9 @@ def _aliased_buffers(kern, offsets) -> set:
     for i, a in enumerate(temps):
         for c in temps[i + 1:]:
             a0, c0 = offsets[a.id], offsets[c.id]
-            if a0 < c0 + _size(c) and c0 < a0 + _size(a):
+            if a0 < c0 + c.nbytes and c0 < a0 + a.nbytes:
                 out.update((a.id, c.id))
     return out
-
-
-def _size(buf) -> int:
-    n = dtypes.itemsize(buf.dtype)
-    for d in buf.shape:
-        n *= d
-    return n
 
 
 class NativeModule:

@@ -32,7 +32,7 @@ def _check_region(region, what: str) -> Region:
     return region
 
 
-def _match(kind, expected, got, what: str) -> None:
+def _match(expected, got, what: str) -> None:
     """Shape/dtype equality of one value against what a region declares."""
     (es, ed), (gs, gd) = expected, got
     if tuple(es) != tuple(gs):
@@ -44,7 +44,7 @@ def _match(kind, expected, got, what: str) -> None:
 def _match_region(region, types, what: str) -> None:
     """The values a node passes to `region` against its parameters."""
     for k, (t, p) in enumerate(zip(types, region.param_types())):
-        _match("operand", p, t, f"{what} operand {k}")
+        _match(p, t, f"{what} operand {k}")
 
 
 def _operand_types(inputs) -> list:
@@ -77,12 +77,12 @@ def _scan_rule(inputs, attrs):
                 raise ShapeError(f"scan: sequence {k - nc} is {type_string(*t)}, its leading "
                                  f"dimension must be the length {length}")
             t = (t[0][1:], t[1])
-        _match("operand", p, t, f"scan operand {k}")
+        _match(p, t, f"scan operand {k}")
     outs = body.output_types()
     if len(outs) < nc:
         raise GraphcError(f"scan: the body returns {len(outs)} values for {nc} carries")
     for k in range(nc):
-        _match("carry", params[k], outs[k], f"scan carry {k}: the body's new value")
+        _match(params[k], outs[k], f"scan carry {k}: the body's new value")
     return (), TUPLE
 
 
@@ -126,7 +126,7 @@ def _while_rule(inputs, attrs):
         raise GraphcError(f"while_loop: the body returns {len(outs)} values for {ns} "
                           f"state values")
     for k in range(ns):
-        _match("state", state[k], outs[k], f"while_loop state {k}: the body's new value")
+        _match(state[k], outs[k], f"while_loop state {k}: the body's new value")
     return (), TUPLE
 
 
@@ -163,7 +163,7 @@ def _cond_rule(inputs, attrs):
         raise GraphcError(f"cond: the true branch returns {len(to)} values, the false "
                           f"branch {len(fo)}")
     for k, (a, b) in enumerate(zip(to, fo)):
-        _match("output", a, b, f"cond output {k}: the false branch's value")
+        _match(a, b, f"cond output {k}: the false branch's value")
     return (), TUPLE
 
 
