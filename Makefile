@@ -49,6 +49,7 @@ bench: $(BENCH_STAMP)
 	$(PY) -m bench.profiler
 	$(PY) -m bench.onnx
 	$(PY) -m bench.control
+	$(PY) -m bench.symbolic
 
 clean:
 	rm -rf $(VENV) $(LOW_VENV) build *.egg-info

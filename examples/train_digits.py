@@ -3,7 +3,9 @@
 Run: python examples/train_digits.py [--epochs N] [--seed S]
 Builds each model as one graph (forward, symbolic gradients, Adam updates), compiles the
 training step and the prediction to native code with gc.compile, trains step by step and
-prints the loss per epoch and the held-out accuracy.
+prints the loss per epoch and the held-out accuracy. The batch dimension is symbolic
+("batch"): one compiled step takes the full batches and the epoch's last short one, and
+the saved predictor (an artifact) takes any number of images.
 """
 from __future__ import annotations
 
@@ -62,11 +64,11 @@ def train(name, build, data, epochs: int, batch: int, lr: float, seed: int) -> f
     graph = gc.Graph(name)
     with graph:
         forward, params = build(seed)
-        x = gc.placeholder((batch, 8, 8), "float32", name="x")
-        y = gc.placeholder((batch,), "int32", name="y")
+        x = gc.placeholder(("batch", 8, 8), "float32", name="x")
+        y = gc.placeholder(("batch",), "int32", name="y")
         loss = gc.nn.softmax_cross_entropy(forward(x), y).mean()
         updates = gc.optim.adam(loss, params, lr=lr)
-        x_test = gc.placeholder(xte.shape, "float32", name="x_test")
+        x_test = gc.placeholder(("n", 8, 8), "float32", name="x_test")
         predictions = gc.argmax(forward(x_test), axis=-1)
     with graph:
         step = gc.compile({"loss": loss}, updates=updates)
@@ -74,18 +76,21 @@ def train(name, build, data, epochs: int, batch: int, lr: float, seed: int) -> f
     print(f"[{name}] graph: {len(graph.nodes)} nodes, "
           f"{sum(v.size for v in graph.variables.values())} parameters and optimizer state; "
           f"training step: {step.stats['kernels']} kernels, arena "
-          f"{step.stats['arena_bytes'] / 1024:.0f} KiB, compiled in "
+          f"{step.stats['arena_bytes']} bytes (at batch {batch}: "
+          f"{step.stats['arena_bytes'].evaluate({'batch': batch}) / 1024:.0f} KiB), compiled in "
           f"{step.stats['compile_seconds']:.2f} s")
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
     for epoch in range(1, epochs + 1):
         order = rng.permutation(len(xtr))
-        losses = []
-        for i in range(0, len(order) - batch + 1, batch):
+        losses, sizes = [], set()
+        for i in range(0, len(order), batch):      # the last batch may be short
             idx = order[i:i + batch]
             out = step(x=xtr[idx], y=ytr[idx])
-            losses.append(float(out["loss"]))
-        print(f"[{name}] epoch {epoch:2d}  loss {np.mean(losses):.4f}")
+            losses.append(float(out["loss"]) * len(idx))
+            sizes.add(len(idx))
+        print(f"[{name}] epoch {epoch:2d}  loss {np.sum(losses) / len(order):.4f}  "
+              f"(batches of {', '.join(map(str, sorted(sizes, reverse=True)))})")
     elapsed = time.perf_counter() - start
     predict.variables.update({k: v for k, v in step.variables.items() if k in predict.variables})
     pred = predict(x_test=xte)

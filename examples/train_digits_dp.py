@@ -2,7 +2,10 @@
 
 Run: mpiexec -n 2 python examples/train_digits_dp.py   (or plain python: one process)
 Each process takes its share of every batch; gradients are averaged across processes in
-one bucketed all-reduce per step, so every process ends with the same weights.
+one bucketed all-reduce per step, so every process ends with the same weights. The local
+batch is a symbolic dimension: the epoch's last, shorter batch is split between the
+processes too (each takes an equal share; fewer leftover examples than processes are
+dropped).
 """
 from __future__ import annotations
 
@@ -38,8 +41,8 @@ def main(argv=None) -> float:
         def forward(images):
             h = gc.relu(gc.nn.linear(images.reshape(images.shape[0], 64), w1, b1))
             return gc.nn.linear(h, w2, b2)
-        x = gc.placeholder((local, 8, 8), name="x")
-        y = gc.placeholder((local,), "int32", name="y")
+        x = gc.placeholder(("local", 8, 8), name="x")
+        y = gc.placeholder(("local",), "int32", name="y")
         loss = gc.nn.softmax_cross_entropy(forward(x), y).mean()
         step = gc.compile({"loss": gc.distributed.all_reduce(loss, "mean")},
                           updates=gc.optim.adam(loss, params, lr=3e-3,
@@ -52,8 +55,9 @@ def main(argv=None) -> float:
     for epoch in range(1, args.epochs + 1):
         order = rng.permutation(len(xtr))
         losses = []
-        for i in range(0, len(order) - args.batch + 1, args.batch):
-            mine = order[i + rank * local:i + (rank + 1) * local]
+        for i in range(0, len(order) - size + 1, args.batch):
+            share = min(args.batch, len(order) - i) // size       # the last batch: shorter
+            mine = order[i + rank * share:i + (rank + 1) * share]
             losses.append(float(step(x=xtr[mine], y=ytr[mine])["loss"]))
         if rank == 0:
             print(f"[dp x{size}] epoch {epoch:2d}  loss {np.mean(losses):.4f}")

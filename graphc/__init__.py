@@ -7,6 +7,7 @@ from .codegen.llvm_features import require_supported_llvmlite
 
 require_supported_llvmlite()
 
+from graphc_runtime.dims import Dim, Undecidable
 from graphc_runtime.errors import (ArtifactError, CompileError, DeviceError, DTypeError,
                                    FeedError, GraphcError, ShapeError)
 

@@ -149,7 +149,7 @@ def _slice(x, out, g, attrs):
     for s, st, n, m in zip(attrs["start_indices"], attrs["strides"], x.shape, out.shape):
         low.append(s)
         interior.append(st - 1)
-        high.append(n - s - m - max(m - 1, 0) * (st - 1))
+        high.append(n - s - m - (max(m - 1, 0) * (st - 1) if st != 1 else 0))
     return (bind("pad", g, low=tuple(low), high=tuple(high), interior=tuple(interior),
                  value=0.0),)
 

@@ -17,6 +17,8 @@ import tempfile
 
 import numpy as np
 
+from graphc_runtime.dims import shape_from_json
+
 from graphc_runtime.artifact import MAGIC
 from graphc_runtime.errors import GraphcError
 
@@ -189,16 +191,26 @@ def cmd_info(args) -> int:
     lines = [f"graph: {manifest.get('graph_name', '?')}",
              f"target: {manifest['target'].get('triple')} ({manifest['target'].get('cpu')})",
              f"graphc version: {manifest.get('graphc_version')}", "inputs:"]
-    lines += [f"  {n}: {d}{list(s)}" for n, s, d in sig["inputs"]] or ["  (none)"]
+    lines += [f"  {n}: {d}{_shape_text(s)}" for n, s, d in sig["inputs"]] or ["  (none)"]
     lines.append("outputs:")
-    lines += [f"  {n}: {d}{list(s)}" for n, s, d in sig["outputs"]] or ["  (none)"]
+    lines += [f"  {n}: {d}{_shape_text(s)}" for n, s, d in sig["outputs"]] or ["  (none)"]
     lines.append("variables:")
-    lines += [f"  {n}: {d}{list(s)}" for n, s, d in sig["variables"]] or ["  (none)"]
+    lines += [f"  {n}: {d}{_shape_text(s)}" for n, s, d in sig["variables"]] or ["  (none)"]
+    if sig.get("symbols"):
+        lines.append("symbolic dimensions (any size >= 1 at the call):")
+        for name in sig["symbols"]:
+            uses = [f"{n}[{axis}]" for n, s, _ in sig["inputs"]
+                    for axis, d in enumerate(shape_from_json(s)) if str(d) == name]
+            lines.append(f"  {name}: from {', '.join(uses) or '?'}")
     lines.append(f"kernels: {len(manifest.get('kernels', []))}")
     lines.append(f"arena bytes: {manifest['arena_bytes']} (live lower bound "
                  f"{memory.get('live_bytes_lower_bound')}, naive {memory.get('naive_bytes')})")
     print("\n".join(lines))
     return 0
+
+
+def _shape_text(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape_from_json(shape)) + "]"
 
 
 def _feeds(items) -> dict:
@@ -268,7 +280,7 @@ def cmd_import(args) -> int:
     exe.save(args.output)
     sig = exe.manifest()["signature"]
     print(f"wrote {args.output}: inputs "
-          f"{', '.join(f'{n} {d}{list(s)}' for n, s, d in sig['inputs'])}; "
+          f"{', '.join(f'{n} {d}{_shape_text(s)}' for n, s, d in sig['inputs'])}; "
           f"{exe.stats['kernels']} kernels, "
           f"arena {exe.stats['arena_bytes']} bytes")
     narrow = getattr(exe, "onnx_dtypes", None)

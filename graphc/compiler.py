@@ -5,6 +5,7 @@ import os
 import time
 
 from graphc_runtime.cpu import CpuProgram, Signature
+from graphc_runtime.dims import Dim, shape_symbols, shape_to_json
 from graphc_runtime.errors import CompileError, DeviceError, GraphcError
 
 from .api import Tensor, checked_updates, flatten_outputs, _graph_of, structure_of
@@ -86,6 +87,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
             raise GraphcError(f"the outputs need placeholder(s) {', '.join(names)} that are "
                               f"not in `inputs`", loc)
 
+    _check_symbols(optimized, input_nodes, loc)
     t0 = time.perf_counter()
     lowered = lower(optimized, plan, input_nodes)
     seconds["schedule_and_memory"] = time.perf_counter() - t0
@@ -124,6 +126,27 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     if options.get("distributed") is not None:
         options["distributed"].setup(exe, optimized)
     return exe
+
+
+def _symbols_of(node) -> set:
+    out = shape_symbols(node.shape)
+    if node.op == "dim_size" and isinstance(node.attrs["size"], Dim):
+        out |= node.attrs["size"].symbols()
+    return out
+
+
+def _check_symbols(program, input_nodes, loc) -> None:
+    """Every symbolic size the program uses must come from one of its inputs (that is
+    where the call binds it)."""
+    bound = set()
+    for n in input_nodes:
+        bound |= shape_symbols(n.shape)
+    for n in program.live_nodes():
+        missing = _symbols_of(n) - bound
+        if missing:
+            raise CompileError(f"{n.describe()} uses the symbolic size {sorted(missing)[0]!r}, "
+                               f"which no input of the executable has, so no call could give "
+                               f"it a value", loc)
 
 
 def _stats(plan, lowered, kernels: int, seconds: dict, start: float, **extra) -> dict:
@@ -176,21 +199,24 @@ def collective_steps(lowered) -> list:
 
     def where(buf):
         if buf.kind == "temp":
-            return {"offset": lowered.memory.offsets[buf.id]}
+            offset = lowered.memory.offsets[buf.id]
+            return {"offset": {"dim": offset.to_json()} if isinstance(offset, Dim) else offset}
         return {"slot": lowered.slots[buf.id]}
     steps = []
     for kern in lowered.kernels:
         if isinstance(kern, K.CollectiveKernel):
             steps.append({"op": kern.op, "attrs": {k: v for k, v in kern.attrs.items()},
-                          "src": dict(where(kern.src), shape=list(kern.src.shape),
+                          "src": dict(where(kern.src), shape=shape_to_json(kern.src.shape),
                                       dtype=kern.src.dtype),
-                          "dst": dict(where(kern.dst), shape=list(kern.dst.shape),
+                          "dst": dict(where(kern.dst), shape=shape_to_json(kern.dst.shape),
                                       dtype=kern.dst.dtype)})
     return steps
 
 
 def _signature(graph, input_nodes, lowered, outputs):
+    from .codegen.cpu.symbols import program_symbols
     return Signature(
+        symbols=program_symbols(lowered.buffers.values()),
         inputs=[(n.attrs["name"], n.shape, n.dtype) for n in input_nodes],
         outputs=[(name, b.shape, b.dtype) for name, b in
                  zip(output_names(outputs, len(lowered.outputs)), lowered.outputs)],
@@ -203,6 +229,10 @@ def _compile_cuda(graph, optimized, plan, lowered, input_nodes, outputs, rebuild
     """PTX for the GPU (no GPU needed to compile; running needs one)."""
     from graphc_runtime.cuda import CudaProgram
     from .codegen.cuda import PtxProgram
+    if any(_symbols_of(n) for n in optimized.live_nodes()):
+        raise CompileError("the CUDA backend does not compile programs with symbolic "
+                           "dimensions yet; compile for the CPU, or give every dimension "
+                           "a size", user_location())
     t0 = time.perf_counter()
     ptx = PtxProgram(graph.name, lowered, options.get("arch", "sm_80"))
     seconds["ptx"] = time.perf_counter() - t0

@@ -13,14 +13,34 @@ from .ir import dtypes
 from .ir.graph import Graph
 
 
-def function(fn=None, *, device: str = "cpu", **compile_options):
+def function(fn=None, *, device: str = "cpu", dims: dict | None = None, **compile_options):
     """Decorator: `f(*arrays)` traces `fn` with placeholders of the arrays' shapes and
     dtypes, compiles the result (a Tensor, list or dict) and caches the executable per
-    signature. Non-array arguments are static: each distinct value is its own trace."""
+    signature. Non-array arguments are static: each distinct value is its own trace.
+
+    `dims` makes axes symbolic: {argument: (entry per axis)}, a str entry naming the
+    symbol that axis is (shared by every argument that names it), None keeping the
+    array's size. One trace then serves every size of the symbols: it is redone only
+    when a rank, a dtype or a fixed size changes."""
     if fn is None:
-        return lambda f: function(f, device=device, **compile_options)
+        return lambda f: function(f, device=device, dims=dims, **compile_options)
     signature = inspect.signature(fn)
     cache: dict = {}
+    dims = dict(dims or {})
+    unknown = set(dims) - set(signature.parameters)
+    if unknown:
+        raise GraphcError(f"{fn.__name__}: dims names {', '.join(sorted(unknown))}, which "
+                          f"{'is' if len(unknown) == 1 else 'are'} not an argument")
+
+    def traced_shape(name, shape):
+        spec = dims.get(name)
+        if spec is None:
+            return shape
+        spec = tuple(spec)
+        if len(spec) != len(shape):
+            raise GraphcError(f"{fn.__name__}: argument {name!r} has {len(shape)} axes, dims "
+                              f"declares {len(spec)} ({spec})")
+        return tuple(d if isinstance(d, str) else n for d, n in zip(spec, shape))
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -30,7 +50,8 @@ def function(fn=None, *, device: str = "cpu", **compile_options):
         for name, value in bound.arguments.items():
             if isinstance(value, (np.ndarray, np.generic)):
                 value = np.asarray(value)
-                key.append((name, value.shape, dtypes.canonical(value.dtype)))
+                key.append((name, traced_shape(name, value.shape),
+                            dtypes.canonical(value.dtype)))
                 arrays[name] = value
             else:
                 try:
@@ -45,7 +66,8 @@ def function(fn=None, *, device: str = "cpu", **compile_options):
             from .compiler import compile as compile_
             graph = Graph(fn.__name__)
             with graph:
-                traced = {name: placeholder(a.shape, dtypes.canonical(a.dtype), name=name)
+                traced = {name: placeholder(traced_shape(name, a.shape),
+                                            dtypes.canonical(a.dtype), name=name)
                           for name, a in arrays.items()}
                 call_args = {name: traced.get(name, value)
                              for name, value in bound.arguments.items()}

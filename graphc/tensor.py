@@ -10,6 +10,8 @@ import numpy as np
 
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
+from graphc_runtime.dims import Dim
+
 from .ir import dtypes
 from .ir.graph import Graph, Node, current_graph
 from .ir.primitive import bind as _bind_node
@@ -105,10 +107,13 @@ def constant(value, dtype=None, graph: Graph | None = None) -> Tensor:
 
 
 def placeholder(shape, dtype="float32", name: str | None = None) -> Tensor:
-    """An input fed at run time, by `name` (keyword) or by position (creation order)."""
+    """An input fed at run time, by `name` (keyword) or by position (creation order).
+
+    A str dimension is a named symbol, the same size in every input that names it; None
+    is a fresh symbol: `placeholder(("batch", 784))` accepts any batch size at the call."""
     g = current_graph()
-    shape = _shape_tuple(shape, "placeholder")
     name = name if name is not None else g.unique_name(f"input_{len(g.placeholders())}")
+    shape = _shape_tuple(shape, "placeholder", symbols=name)
     g.claim_name(name, "placeholder")
     return bind_source("parameter", g, {"name": name, "shape": shape,
                                         "dtype": dtypes.canonical(dtype)}, name)
@@ -132,14 +137,33 @@ def variable(initial_value, name: str | None = None, dtype=None) -> Tensor:
     return t
 
 
-def _shape_tuple(shape, what: str) -> tuple:
-    if isinstance(shape, (int, np.integer)):
+def _shape_tuple(shape, what: str, symbols: str | None = None) -> tuple:
+    """`shape` as a tuple of ints and Dims. With `symbols` (a placeholder's name), a str
+    dim is the named symbol and None a fresh one named `<symbols>.<axis>`."""
+    if isinstance(shape, (int, np.integer, str)) or shape is None:
         shape = (shape,)
+
+    def dim(k, d):
+        if isinstance(d, Dim):
+            return d
+        if symbols is not None and isinstance(d, str):
+            if not d.isidentifier():
+                raise ShapeError(f"{what}: symbolic dimension names must be identifiers, "
+                                 f"got {d!r}", user_location())
+            return Dim.symbol(d)
+        if symbols is not None and d is None:
+            return Dim.symbol(f"{symbols}.{k}")
+        if isinstance(d, (bool, str)) or d is None:
+            raise TypeError
+        return int(d)
     try:
-        shape = tuple(int(d) for d in shape)
+        shape = tuple(dim(k, d) for k, d in enumerate(shape))
+    except ShapeError:
+        raise
     except (TypeError, ValueError):
-        raise ShapeError(f"{what}: shape must be a tuple of ints, got {shape!r}",
+        kinds = "ints, str symbols or None" if symbols is not None else "ints"
+        raise ShapeError(f"{what}: shape must be a tuple of {kinds}, got {shape!r}",
                          user_location()) from None
-    if any(d < 0 for d in shape):
+    if any(isinstance(d, int) and d < 0 for d in shape):
         raise ShapeError(f"{what}: negative dimension in shape {shape}", user_location())
     return shape

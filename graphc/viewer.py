@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 
+from graphc_runtime import dims as sym
 from graphc_runtime.profile import compact_ops
 
 ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "viewer_assets")
@@ -22,15 +23,39 @@ SHORT = {"bool": "bool", "int32": "i32", "int64": "i64", "float16": "f16", "bflo
          "float32": "f32", "float64": "f64"}
 
 
+DISPLAY_SIZE = 64             # the size a symbolic dimension is drawn at (memory, bytes)
+
+
+def _dim_text(d) -> str:
+    if isinstance(d, dict) and "__dim__" in d:
+        return str(sym.Dim.from_json(d["__dim__"]))
+    return str(d)
+
+
 def type_str(node: dict) -> str:
-    return f"{SHORT.get(node['dtype'], node['dtype'])}[{','.join(map(str, node['shape']))}]"
+    return f"{SHORT.get(node['dtype'], node['dtype'])}[{','.join(map(_dim_text, node['shape']))}]"
+
+
+def _at_display_size(obj, env: dict):
+    """obj with every Dim evaluated at the display sizes (symbols seen are added)."""
+    if isinstance(obj, sym.Dim):
+        for s in obj.symbols():
+            env.setdefault(s, DISPLAY_SIZE)
+        return obj.evaluate(env)
+    if isinstance(obj, dict):
+        if len(obj) == 1 and isinstance(obj.get("dim"), list):     # a manifest's JSON form
+            return _at_display_size(sym.Dim.from_json(obj["dim"]), env)
+        return {k: _at_display_size(v, env) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_at_display_size(v, env) for v in obj]
+    return obj
 
 
 def _attr_text(value) -> str:
     """A short readable form of an attribute value (arrays as their type and a few values)."""
     if isinstance(value, dict) and "__ndarray__" in value:
         shape = value.get("shape", [])
-        n = int(np.prod(shape)) if shape else 1
+        n = sym.prod(shape) if shape else 1
         return f"array {SHORT.get(value.get('dtype'), value.get('dtype'))}{list(shape)}" + \
             (" (scalar)" if n == 1 else "")
     if isinstance(value, dict) and ("__tuple__" in value or "__float__" in value):
@@ -84,9 +109,11 @@ def _graph_view(graph_json: str, label: str, kernel_of: dict | None = None) -> d
 
 def page_data(name: str, optimized_json: str, fusion: dict, manifest: dict,
               source_json: str | None = None) -> dict:
-    """Everything the page shows, as JSON-able data."""
-    kernels = manifest.get("kernels") or []
-    memory = manifest.get("memory") or {}
+    """Everything the page shows, as JSON-able data (a symbolic program's sizes at
+    DISPLAY_SIZE for each symbol, listed under "symbols")."""
+    shown: dict = {}
+    kernels = _at_display_size(manifest.get("kernels") or [], shown)
+    memory = _at_display_size(manifest.get("memory") or {}, shown)
     groups = {g["id"]: g for g in fusion.get("groups", [])}
     kernel_of = {}
     kernel_list = []
@@ -113,7 +140,7 @@ def page_data(name: str, optimized_json: str, fusion: dict, manifest: dict,
         kern["nodes"] = [m for m in kern["nodes"] if m in fused_ids and
                          kernel_of.get(m) == kern["index"]]
     return {"name": name, "views": views, "default_view": "fused", "kernels": kernel_list,
-            "memory": memory, "collapse_above": COLLAPSE_ABOVE}
+            "memory": memory, "collapse_above": COLLAPSE_ABOVE, "symbols": shown}
 
 
 def _asset(name: str) -> str:

@@ -19,6 +19,7 @@ import os
 import struct
 import tempfile
 
+from . import dims
 from .errors import ArtifactError
 
 MAGIC = b"GRAPHCAR"
@@ -34,7 +35,7 @@ def write(path: str, manifest: dict, sections: dict) -> None:
                        "sha256": hashlib.sha256(data).hexdigest()}
         offset += len(data)
     manifest = dict(manifest, format_version=FORMAT_VERSION, sections=table)
-    head = json.dumps(manifest, sort_keys=True).encode()
+    head = json.dumps(manifest, sort_keys=True, default=dims.json_default).encode()
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".gcx-", dir=directory)
     try:
@@ -86,7 +87,7 @@ def parse(data: bytes, label: str = "artifact") -> tuple[dict, dict]:
         raise ArtifactError(f"{label}: manifest checksum mismatch: the file is corrupt or "
                             f"its manifest was edited")
     try:
-        manifest = json.loads(head.decode())
+        manifest = json.loads(head.decode(), object_hook=dims.json_object_hook)
     except (UnicodeDecodeError, ValueError) as e:
         raise ArtifactError(f"{label}: manifest is not valid JSON ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format_version") != version:

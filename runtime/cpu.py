@@ -13,10 +13,10 @@ import weakref
 
 import numpy as np
 
-from . import blas, collectives, openmp
+from . import blas, collectives, dims, openmp
 from .dtypes import NUMPY, type_str
 from .errors import CompileError, FeedError
-from .feeds import bind_inputs, check_array
+from .feeds import bind_inputs, bind_symbols, check_array, sizes
 
 ENTRY_ABI = 2     # graphc_entry returns i32: 0 after a run, k+1 if input k overlaps the
                   # arena or a variable (then nothing ran); the object code says which
@@ -115,21 +115,28 @@ class VariableStore(dict):
 
 
 class Signature:
-    """Names, shapes and dtype names of an executable's inputs, outputs and variables."""
+    """Names, shapes and dtype names of an executable's inputs, outputs and variables;
+    `symbols`, the names of the symbolic dimensions in the order the native code takes
+    their values (shapes hold ints and Dims)."""
 
-    def __init__(self, inputs, outputs, variables):
+    def __init__(self, inputs, outputs, variables, symbols=()):
         self.inputs = [(n, tuple(s), d) for n, s, d in inputs]
         self.outputs = [(n, tuple(s), d) for n, s, d in outputs]
         self.variables = [(n, tuple(s), d) for n, s, d in variables]
+        self.symbols = list(symbols)
 
     def to_json(self) -> dict:
-        return {k: [[n, list(s), d] for n, s, d in getattr(self, k)]
-                for k in ("inputs", "outputs", "variables")}
+        out = {k: [[n, dims.shape_to_json(s), d] for n, s, d in getattr(self, k)]
+               for k in ("inputs", "outputs", "variables")}
+        if self.symbols:
+            out["symbols"] = list(self.symbols)
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> "Signature":
-        return cls(**{k: [(n, tuple(s), d) for n, s, d in data[k]]
-                      for k in ("inputs", "outputs", "variables")})
+        return cls(**{k: [(n, dims.shape_from_json(s), d) for n, s, d in data[k]]
+                      for k in ("inputs", "outputs", "variables")},
+                   symbols=data.get("symbols", ()))
 
 
 class CpuProgram:
@@ -170,8 +177,11 @@ class CpuProgram:
                 _numpy_data_offset_ok() and not self.collectives:
             self._entry = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p,
                                            *([ctypes.py_object] * n_obj))(entry)
-        self.arena_bytes = int(arena_bytes)
+        # a symbolic program sizes its arena at the call (kept for the largest size seen)
+        self.arena_size = arena_bytes if isinstance(arena_bytes, dims.Dim) else None
+        self.arena_bytes = 0 if self.arena_size is not None else int(arena_bytes)
         self.arena = aligned_empty(max(self.arena_bytes, 64))
+        self._dims = (ctypes.c_int64 * max(len(signature.symbols), 1))()
         store = {}
         for name, shape, dtype in signature.variables:
             value = np.array(variables[name], dtype=NUMPY[dtype], order="C", copy=True)
@@ -181,9 +191,10 @@ class CpuProgram:
         self.variables = VariableStore(store)
         self.constants = [np.ascontiguousarray(c) for c in constants]
         self.poison_arena = False
+        self.last_sizes: dict = {}         # the symbols' sizes at the last call
         self.lock = threading.Lock()
         n = 1 + len(signature.inputs) + len(signature.outputs) + len(signature.variables) + \
-            len(self.constants)
+            len(self.constants) + (1 if signature.symbols else 0)
         self._table = (ctypes.c_void_p * n)()
         self._fixed = (ctypes.c_void_p * n)()      # arena, variables, constants: stable
         k = 1 + len(signature.inputs) + len(signature.outputs)
@@ -194,18 +205,22 @@ class CpuProgram:
         for c in self.constants:
             self._fixed[k] = c.ctypes.data
             k += 1
+        if signature.symbols:            # the last slot: the symbols' values (int64[])
+            self._fixed[n - 1] = self._table[n - 1] = ctypes.addressof(self._dims)
         self._fixed_address = ctypes.addressof(self._fixed)
         # memory the program writes: an input overlapping it is copied first
         self._written = [(self.arena.ctypes.data, self.arena_bytes)] + \
             [(v.ctypes.data, v.nbytes) for v in dict.values(self.variables)]
         self._names = [e[0] for e in signature.inputs]
         # recycle only large results: small ones are cheap to allocate
-        self._recycle = sum(int(np.prod(s)) * NUMPY[d].itemsize
+        self._recycle = sum(dims.hint(dims.prod(s)) * NUMPY[d].itemsize
                             for _, s, d in signature.outputs) >= (1 << 20)
         self._recycled = [None] * len(signature.outputs)
         self._inputs = [(name, shape, NUMPY[d], d, type_str(shape, d))
                         for name, shape, d in signature.inputs]
         self._outputs = [(shape, NUMPY[d]) for _, shape, d in signature.outputs]
+        if signature.symbols:
+            self._prepare_symbolic()
 
     def profile_timestamps(self):
         """(kernels [K, 2], chunks [K, C, 3]) int64 CLOCK_MONOTONIC nanoseconds of the
@@ -232,8 +247,65 @@ class CpuProgram:
                 return self._run_fast(args)
         return self._run(bind_inputs(self._names, args, kwargs))
 
+    def _prepare_symbolic(self) -> None:
+        """Per input, (fixed sizes by axis, symbol index by axis); per output, its shape
+        as ints and symbol indices where possible (else the Dim): the fast path's plan."""
+        index = {s: k for k, s in enumerate(self.signature.symbols)}
+
+        def plan(shape):     # ints stay, ("s", k) is symbol k, other Dims are evaluated
+            return tuple(("s", index[str(d)]) if isinstance(d, dims.Dim) and str(d) in index
+                         else d for d in shape)
+        self._sym_inputs = [(len(shape), tuple((a, d) for a, d in enumerate(shape)
+                                               if isinstance(d, int)),
+                             tuple((a, index[str(d)]) for a, d in enumerate(shape)
+                                   if isinstance(d, dims.Dim)))
+                            for _, shape, _ in self.signature.inputs]
+        self._sym_outputs = [(plan(shape), NUMPY[d]) for _, shape, d in self.signature.outputs]
+        self._sym_last = None           # (sizes, output shapes) of the last call
+
+    def _run_fast_symbolic(self, args: tuple) -> list:
+        """The fast path of a program with symbolic dims: sizes read off the arrays
+        inline (anything unusual goes the checked way), one native call."""
+        found = [0] * len(self.signature.symbols)
+        for value, (name, _, npd, _, _), (ndim, fixed, symbolic) in zip(
+                args, self._inputs, self._sym_inputs):
+            if type(value) is not np.ndarray or value.dtype != npd or value.ndim != ndim \
+                    or not value.flags.c_contiguous:
+                return self._run(list(args))
+            shape = value.shape
+            for a, d in fixed:
+                if shape[a] != d:
+                    return self._run(list(args))
+            for a, k in symbolic:
+                if found[k] == 0:
+                    found[k] = shape[a]
+                elif found[k] != shape[a]:
+                    return self._run(list(args))
+        key = tuple(found)
+        if 0 in key:                     # an empty size: the checked path decides
+            return self._run(list(args))
+        with self.lock:
+            last = self._sym_last
+            if last is None or last[0] != key:
+                env = dict(zip(self.signature.symbols, key))
+                shapes = [tuple(d if type(d) is int else key[d[1]] if type(d) is tuple
+                                else d.evaluate(env) for d in plan)
+                          for plan, _ in self._sym_outputs]
+                self._bind_sizes(env)
+                self.last_sizes = env
+                self._sym_last = last = (key, shapes)
+            outs = [np.empty(shape, npd) for shape, (_, npd) in zip(last[1], self._sym_outputs)]
+            arrays = list(args)
+            clash = self._entry(self._fixed_address, *arrays, *outs)
+            while clash:
+                arrays[clash - 1] = arrays[clash - 1].copy()
+                clash = self._entry(self._fixed_address, *arrays, *outs)
+        return outs
+
     def _run_fast(self, args: tuple) -> list:
         """Positional call: checks inline, one native call through graphc_entry."""
+        if self.signature.symbols:
+            return self._run_fast_symbolic(args)
         arrays = []
         for value, (name, shape, npd, dname, tstr) in zip(args, self._inputs):
             if type(value) is not np.ndarray or value.shape != shape or value.dtype != npd \
@@ -266,11 +338,46 @@ class CpuProgram:
             self._recycled = list(outs)
         return outs
 
+    def _bind(self, values: list):
+        """(input arrays, {symbol: size}): the feeds checked against the signature, the
+        symbols bound from them (a FeedError when two inputs disagree on one)."""
+        env: dict = {}
+        arrays = []
+        for value, (name, shape, npd, dname, tstr) in zip(values, self._inputs):
+            if self.signature.symbols and dims.is_symbolic(shape):
+                if isinstance(value, np.generic):
+                    value = np.asarray(value)
+                shape = bind_symbols(name, shape, getattr(value, "shape", None), env)
+            arrays.append(np.ascontiguousarray(check_array(name, value, shape, npd, dname,
+                                                           tstr)))
+        return arrays, sizes(env)
+
+    def _bind_sizes(self, env: dict) -> None:
+        """Hand the symbols' sizes to the native code (the table's last slot) and grow
+        the arena to this call's size (under the lock)."""
+        for k, name in enumerate(self.signature.symbols):
+            self._dims[k] = env[name]
+        self._sym_last = None            # the fast path's cached sizes are stale now
+        if self.arena_size is None:
+            return
+        need = self.arena_size.evaluate(env)
+        if need > self.arena_bytes:
+            self.arena = aligned_empty(need)
+            self.arena_bytes = need
+            self._fixed[0] = self.arena.ctypes.data
+            self._written[0] = (self.arena.ctypes.data, need)
+
     def _run(self, values: list) -> list:
-        arrays = [np.ascontiguousarray(check_array(name, value, shape, npd, dname, tstr))
-                  for value, (name, shape, npd, dname, tstr) in zip(values, self._inputs)]
-        outs = [np.empty(shape, npd) for shape, npd in self._outputs]
+        arrays, env = self._bind(values)
+        if env:
+            outs = [np.empty(dims.concrete_shape(shape, env), npd)
+                    for shape, npd in self._outputs]
+        else:
+            outs = [np.empty(shape, npd) for shape, npd in self._outputs]
         with self.lock:
+            self.last_sizes = env
+            if self.signature.symbols:
+                self._bind_sizes(env)
             arrays = [a.copy() if _overlaps(a, self._written) else a for a in arrays]
             table = self._table
             if self.poison_arena:
@@ -301,9 +408,9 @@ class CpuProgram:
     def _view(self, where: dict, by_slot: list) -> np.ndarray:
         """The array a collective reads or writes: a table slot's array or arena bytes."""
         npd = NUMPY[where["dtype"]]
-        shape = tuple(where["shape"])
+        shape = dims.concrete_shape(dims.shape_from_json(where["shape"]), self.last_sizes)
         if "slot" in where:
             return by_slot[where["slot"]].reshape(shape)
         count = int(np.prod(shape, dtype=np.int64))
-        start = where["offset"]
+        start = dims.evaluate(dims.value_from_json(where["offset"]), self.last_sizes)
         return self.arena[start:start + count * npd.itemsize].view(npd).reshape(shape)

@@ -40,3 +40,30 @@ def bind_inputs(names: list, args: tuple, kwargs: dict) -> list:
         raise FeedError(f"missing input {missing[0]!r}" +
                         (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
     return [values[n] for n in names]
+
+
+def bind_symbols(label: str, shape: tuple, got, env: dict) -> tuple:
+    """The concrete shape a feed of declared `shape` (ints and symbols) must have, given
+    its actual shape `got`: each symbol takes its size from the first input that has it
+    (recorded in `env` as {symbol: (size, input name)}); a later input giving it another
+    size is a FeedError naming the symbol, both inputs and both sizes."""
+    if got is None or len(got) != len(shape):
+        return tuple(d if isinstance(d, int) else -1 for d in shape)   # check_array reports
+    out = []
+    for axis, (d, n) in enumerate(zip(shape, got)):
+        if isinstance(d, int):
+            out.append(d)
+            continue
+        (name,) = d.symbols()
+        if name in env and env[name][0] != n:
+            size, first = env[name]
+            raise FeedError(f"input {label!r}: dimension {axis} is the symbol {name!r}, which "
+                            f"input {first!r} gave size {size}; {label!r} gives {n}")
+        env.setdefault(name, (n, label))
+        out.append(n)
+    return tuple(out)
+
+
+def sizes(env: dict) -> dict:
+    """{symbol: size} of a bind_symbols environment."""
+    return {k: v[0] for k, v in env.items()}

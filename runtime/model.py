@@ -5,12 +5,13 @@ import numpy as np
 
 from . import artifact
 from .cpu import CpuProgram, Signature, host_features, llvm
+from .dims import Dim
 from .dtypes import NUMPY
 from .errors import ArtifactError
 
 STAGES = ("graph", "optimized", "fused", "memory", "llvm", "asm")
 _REQUIRED = {"graphc_version": str, "device": str, "target": dict, "signature": dict,
-             "structure": (dict, list, int), "arena_bytes": int, "constants": list}
+             "structure": (dict, list, int), "arena_bytes": (int, Dim), "constants": list}
 
 
 def rebuild(structure, values):

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 
+from . import dims
 from .errors import GraphcError
 
 
@@ -100,7 +101,8 @@ def profile_program(normal, profile_object: bytes, manifest: dict, repeat: int, 
     kernels = [k for k in manifest["kernels"] if k.get("kind") != "collective"]
     if manifest.get("collectives"):
         raise GraphcError("profile: programs with collectives are not supported yet")
-    profiled = CpuProgram(profile_object, normal.signature, normal.arena_bytes,
+    arena = normal.arena_size if normal.arena_size is not None else normal.arena_bytes
+    profiled = CpuProgram(profile_object, normal.signature, arena,
                           {n: v.copy() for n, v in normal.variables.items()},
                           normal.constants)
     saved = {n: v.copy() for n, v in normal.variables.items()}
@@ -127,6 +129,9 @@ def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwarg
     limits = limits or machine_limits()
     normal.run(args, kwargs)                         # warm both (page faults, caches)
     profiled.run(args, kwargs)
+    env = profiled.last_sizes          # a symbolic program's figures at this call's sizes
+    kernels = [{k: dims.evaluate(v, env) if k in ("read", "written", "flops") else v
+                for k, v in meta.items()} for meta in kernels]
     t = time.perf_counter()
     for _ in range(repeat):
         normal.run(args, kwargs)

@@ -41,3 +41,11 @@ def test_control_flow_bench_runs(capsys):
     assert "numpy/graphc" in printed and "at 4x the steps" in printed
     residual = float(printed.split("residual ")[1].split()[0])
     assert residual < 1e-3
+
+
+def test_symbolic_bench_runs(capsys):
+    from bench.symbolic import main as symbolic_main
+    assert symbolic_main(["--quick", "--repeat", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "W5s MLP Adam step, symbolic batch at 64" in printed and "static" in printed
+    assert "W6s x+y" in printed

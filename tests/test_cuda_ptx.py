@@ -11,6 +11,7 @@ import pytest
 
 import graphc as gc
 
+from graphc_runtime.dims import is_symbolic
 from test_serialize_and_print import every_primitive_graph
 
 PTXAS = shutil.which("ptxas") or ("/usr/local/bin/ptxas" if os.path.exists("/usr/local/bin/ptxas")
@@ -30,8 +31,11 @@ def ptxas(ptx: str, arch: str, tmp_path) -> str:
 
 def every_primitive_without_collectives():
     g, outs = every_primitive_graph()
+    symbolic = lambda o: any(is_symbolic(n.shape) or n.op == "dim_size"
+                             for n in g.ancestors([o.node]))
     return g, [o for o in outs if o.node.op not in ("all_reduce", "all_gather", "reduce_scatter",
-                                                    "get")]     # loops: test_loops_assemble
+                                                    "get")     # loops: test_loops_assemble
+               and not symbolic(o)]    # symbolic sizes: CPU only (test_symbolic_dims.py)
 
 
 @needs_ptxas

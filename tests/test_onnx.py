@@ -158,17 +158,44 @@ def test_out_of_range_casts_to_4_bit_wrap_like_onnxruntime(to):
     np.testing.assert_array_equal(gonnx.compile(m)(x=x)["y"], want)
 
 
-def test_symbolic_dims_need_shapes_and_the_backend_specializes(rng):
+def test_symbolic_dims_stay_symbolic_or_the_backend_specializes(rng):
     m = _model([helper.make_node("Sigmoid", ["x"], ["y"])], [_vi("x", ["batch", 3])],
                [_vi("y", ["batch", 3])])
+    assert str(gonnx.import_model(m).inputs["x"].shape[0]) == "batch"
     with pytest.raises(gonnx.NeedsInputShapes, match="symbolic dimension 'batch'"):
-        gonnx.import_model(m)
+        gonnx.import_model(m, symbolic=False)
     exe = gonnx.compile(m, input_shapes={"x": (5, 3)})
     assert exe(x=np.zeros((5, 3), np.float32))["y"].shape == (5, 3)
-    rep = backend.prepare(m)
+    rep = backend.prepare(m)                     # one symbolic executable for every size
     for n in (1, 7, 1):
         x = rng.normal(size=(n, 3)).astype(np.float32)
         np.testing.assert_allclose(rep.run([x])[0], 1 / (1 + np.exp(-x)), rtol=1e-5)
+    assert rep.exe is not None and not rep.exes
+    # a shape computation that needs the size itself: compiled per size at the first run
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("ConstantOfShape", ["s"], ["z"],
+                              value=helper.make_tensor("v", TensorProto.FLOAT, [1], [2.0])),
+             helper.make_node("Add", ["x", "z"], ["y"])]
+    m = _model(nodes, [_vi("x", ["batch", 3])], [_vi("y", ["batch", 3])])
+    exe = gonnx.compile(m)                       # ConstantOfShape(Shape(x)): a broadcast
+    for n in (1, 4):
+        x = rng.normal(size=(n, 3)).astype(np.float32)
+        np.testing.assert_allclose(exe(x=x)["y"], x + 2, rtol=1e-6)
+    nodes = [helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+             helper.make_node("Squeeze", ["s", "zero"], ["n"]),
+             helper.make_node("Range", ["zero", "n", "one"], ["r"]),
+             helper.make_node("Cast", ["r"], ["rf"], to=TensorProto.FLOAT),
+             helper.make_node("Unsqueeze", ["rf", "one"], ["col"]),
+             helper.make_node("Add", ["x", "col"], ["y"])]
+    consts = [helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+              helper.make_tensor("one", TensorProto.INT64, [1], [1])]
+    m = _model(nodes, [_vi("x", ["batch", 3])], [_vi("y", ["batch", 3])], inits=consts)
+    with pytest.raises(gonnx.NeedsInputShapes, match="Range.*'x'"):
+        gonnx.import_model(m)                    # Range up to a size: needs its value
+    rep = backend.prepare(m)
+    for n in (1, 7, 1):
+        x = rng.normal(size=(n, 3)).astype(np.float32)
+        np.testing.assert_allclose(rep.run([x])[0], x + np.arange(n)[:, None], rtol=1e-6)
     assert len(rep.exes) == 2
 
 
@@ -262,8 +289,12 @@ def test_cli_import_writes_an_artifact_and_viz_draws_the_model(tmp_path, rng):
                  [_vi("y", ["n", 3])])
     onnx.save(sym, str(tmp_path / "sym.onnx"))
     r = subprocess.run([GRAPHC, "import", str(tmp_path / "sym.onnx"), "-o", str(out)],
-                       capture_output=True, text=True)
-    assert r.returncode == 1 and "symbolic dimension 'n'" in r.stderr
+                       capture_output=True, text=True)     # a symbolic dim stays symbolic
+    assert r.returncode == 0 and "inputs x float32[n, 3]" in r.stdout, r.stderr
+    model = graphc_runtime.load(str(out))
+    for n in (1, 5):
+        x = rng.normal(size=(n, 3)).astype(np.float32)
+        np.testing.assert_array_equal(model(x=x)["y"], np.maximum(x, 0))
     r = subprocess.run([GRAPHC, "import", str(tmp_path / "sym.onnx"), "-o", str(out),
                         "--input-shape", "x=4,3"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

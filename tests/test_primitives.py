@@ -421,5 +421,6 @@ def test_every_primitive_is_tested():
         "slice", "pad", "concatenate", "reverse", "reduce_sum", "reduce_max", "reduce_min",
         "reduce_prod", "argmax", "argmin", "dot_general", "conv", "gather", "scatter_add",
         "rng", "all_reduce", "all_gather", "reduce_scatter",
-        "scan", "while", "cond", "get"}             # control flow: test_control_flow.py
+        "scan", "while", "cond", "get",             # control flow: test_control_flow.py
+        "dim_size"}                                 # symbolic sizes: test_symbolic_dims.py
     assert set(REGISTRY) == tested

@@ -50,6 +50,9 @@ def every_primitive_graph():
         c, ys = gc.scan(lambda c, r: (c * r, c.sum()), x[0], x)
         outs += [c, ys, gc.while_loop(lambda s: s < 3, lambda s: s + 1, 0),
                  gc.cond(x.sum() > 0, lambda a: a * 2.0, lambda a: -a, x)]
+        # symbolic sizes: a "batch" placeholder and the size's value at the call
+        s = gc.placeholder(("batch", 3), "float32", name="s")
+        outs += [gc.dim_size(s.shape[0] * 2 - 1, "float32"), (s[1:] * 2.0).mean(axis=0)]
     return g, outs
 
 
@@ -65,7 +68,8 @@ def test_round_trip_of_every_primitive_is_exact():
                                                                 n2.name, n2.loc)
         assert [i.id for i in n1.inputs] == [i.id for i in n2.inputs]
     feeds = {"x": np.random.default_rng(0).uniform(0.5, 2, (2, 3)).astype(np.float32),
-             "i": np.array([2, 0, 1, 1], np.int32), "b": np.array([[1, 0, 1], [0, 0, 1]], bool)}
+             "i": np.array([2, 0, 1, 1], np.int32), "b": np.array([[1, 0, 1], [0, 0, 1]], bool),
+             "s": np.arange(15, dtype=np.float32).reshape(5, 3)}
     from graphc.ir.interpreter import run
     for a, b in zip(run(g, [o.node for o in outs], feeds), run(g2, outs2, feeds)):
         np.testing.assert_array_equal(a, b)

@@ -1,5 +1,5 @@
 """The numpy-like function library; every function decomposes into primitives."""
-from .creation import arange, full, iota, ones, ones_like, zeros, zeros_like
+from .creation import arange, dim_size, full, iota, ones, ones_like, zeros, zeros_like
 from .elementwise import (abs, add, bitwise_and, bitwise_or, bitwise_xor, cast, ceil, clip,
                           cos, divide, equal, erf, exp, expm1, floor, floor_divide, gelu,
                           greater, greater_equal, isfinite, isnan, less, less_equal, log,

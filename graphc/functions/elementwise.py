@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 
+from graphc_runtime.dims import Dim
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
 from ..tensor import Tensor, bind, constant
@@ -69,10 +70,20 @@ def broadcast_shapes(shapes, what: str) -> tuple:
     for i in range(ndim):
         sizes = {s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0} - {1}
         if len(sizes) > 1:
-            raise ShapeError(f"{what}: shapes {' and '.join(str(tuple(s)) for s in shapes)} "
-                             f"cannot be broadcast together", user_location())
+            symbolic = [d for d in sizes if isinstance(d, Dim)]
+            why = ""
+            if symbolic:
+                names = " and ".join(str(d) for d in sorted(sizes, key=str))
+                why = (f": dimension {i - ndim} would need {names} to be equal, which "
+                       f"cannot be proven (name the symbols alike if they are the same size)")
+            raise ShapeError(f"{what}: shapes {' and '.join(_fmt(s) for s in shapes)} "
+                             f"cannot be broadcast together{why}", user_location())
         out.append(sizes.pop() if sizes else 1)
     return tuple(out)
+
+
+def _fmt(shape) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
 
 
 def broadcast_to_shape(t: Tensor, shape) -> Tensor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime import dims as sym
 from graphc_runtime.errors import DTypeError, ShapeError
 
 from ..tensor import Tensor, bind, constant
@@ -46,6 +47,39 @@ def _index_tensor(k, size: int, axis: int, graph) -> Tensor:
                     graph=graph)
 
 
+def _symbolic_index(k, n, axis: int, advanced: bool):
+    """(start, limit, stride) of a slice or int index on an axis of symbolic size n (k
+    itself for what is not a slice or int). Bounds must hold for every size of the
+    symbols (x[1:], x[:-1], x[-1] on a size-n axis do; x[2:] does not: n may be 1)."""
+    def bound(v, default):
+        if v is None:
+            return default
+        v = int(v)
+        return v if v >= 0 else n + v
+    try:
+        if isinstance(k, slice):
+            step = 1 if k.step is None else int(k.step)
+            if step == 1 and k.start is None and k.stop is None:
+                return 0, n, 1
+            if step < 1:
+                raise ShapeError(f"a negative or zero step on axis {axis} of symbolic size "
+                                 f"{n} is not supported", user_location())
+            start, stop = bound(k.start, 0), bound(k.stop, n)
+            if not (0 <= start <= stop <= n):
+                raise sym.Undecidable("out of range")
+            length = stop - start if step == 1 else -(-(stop - start) // step)
+            return start, start + (length - 1) * step + 1, step
+        if isinstance(k, (int, np.integer)) and not advanced:
+            i = bound(k, 0)
+            if not (0 <= i and i + 1 <= n):
+                raise sym.Undecidable("out of range")
+            return i, i + 1, 1
+    except sym.Undecidable:
+        raise ShapeError(f"index {k!r} on axis {axis} of symbolic size {n} is not within "
+                         f"bounds for every size of {n}", user_location()) from None
+    return k
+
+
 def getitem(x: Tensor, key) -> Tensor:
     """numpy-style `x[key]`."""
     key = key if isinstance(key, tuple) else (key,)
@@ -76,6 +110,11 @@ def getitem(x: Tensor, key) -> Tensor:
     dims = [k for k in key if k is not None]
     starts, limits, strides, rev = [], [], [], []
     for axis, (k, n) in enumerate(zip(dims, x.shape)):
+        if isinstance(n, sym.Dim) and not _is_array_index(k):
+            k = _symbolic_index(k, n, axis, advanced)
+            if isinstance(k, tuple):
+                starts.append(k[0]), limits.append(k[1]), strides.append(k[2])
+                continue
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
             length = len(range(start, stop, step))
@@ -124,7 +163,7 @@ def _gather_advanced(x: Tensor, dims) -> Tensor:
         arrays = list(range(len(arrays)))
     a0 = arrays[0]
     sizes = [x.shape[i] for i in arrays]
-    total = int(np.prod(sizes, dtype=np.int64))
+    total = sym.prod(sizes)
     itype = "int32" if total <= np.iinfo(np.int32).max else "int64"
     linear = None
     for t, stride in zip(idx, np.cumprod([1] + sizes[::-1][:-1])[::-1]):

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime import dims as sym
+from graphc_runtime.dims import Dim
 from graphc_runtime.errors import ShapeError
 
 from ..tensor import Tensor, bind
 from ..ir import dtypes
 from ..ir.primitive import normalize_axis
 from ..ir.source import user_location
+from .creation import dim_size
 from .elementwise import _as, cast, exp, isfinite, log, where
 from .shapes import reshape
 
@@ -70,8 +73,10 @@ def mean(x, axis=None, keepdims: bool = False) -> Tensor:
     if not dtypes.is_float(x.dtype):
         x = cast(x, "float32")
     axes = reduction_axes(x, axis, "mean")
-    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    count = sym.prod([x.shape[a] for a in axes])
     total = sum(x, axes, keepdims)
+    if isinstance(count, Dim):                  # divides by the size seen at the call
+        return total / dim_size(count, x.dtype)
     return total * (1.0 / count) if count else total / 0.0
 
 
@@ -81,8 +86,10 @@ def var(x, axis=None, keepdims: bool = False, ddof: int = 0) -> Tensor:
     if not dtypes.is_float(x.dtype):
         x = cast(x, "float32")
     axes = reduction_axes(x, axis, "var")
-    count = int(np.prod([x.shape[a] for a in axes], dtype=np.int64))
+    count = sym.prod([x.shape[a] for a in axes])
     d = x - mean(x, axes, keepdims=True)
+    if isinstance(count, Dim):
+        return sum(d * d, axes, keepdims) / dim_size(count - ddof, x.dtype)
     return sum(d * d, axes, keepdims) * (1.0 / (count - ddof))
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime import dims as sym
+from graphc_runtime.dims import Dim, as_dim
 from graphc_runtime.errors import ShapeError
 
 from ..tensor import Tensor, bind
@@ -21,18 +23,19 @@ def _axis(axis, ndim, what):
 def reshape(x, shape) -> Tensor:
     """numpy.reshape (one dimension may be -1)."""
     x = _as(x)
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
-    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+    shape = (shape,) if isinstance(shape, (int, np.integer, Dim)) else \
+        tuple(as_dim(d) for d in shape)
+    if shape.count(-1) > 1 or any(isinstance(d, int) and d < -1 for d in shape):
         raise ShapeError(f"reshape: invalid target shape {shape}", user_location())
     if -1 in shape:
-        known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
-        if known == 0 or x.size % known:
+        known = sym.prod([d for d in shape if d != -1])
+        if known == 0 or sym.exact_div(x.size, known) is None:
             raise ShapeError(f"reshape: cannot reshape {x.node.type_str()} to {shape}",
                              user_location())
-        shape = tuple(x.size // known if d == -1 else d for d in shape)
+        shape = tuple(sym.exact_div(x.size, known) if d == -1 else d for d in shape)
     if shape == x.shape:
         return x
-    if int(np.prod(shape, dtype=np.int64)) != x.size:
+    if sym.prod(shape) != x.size:
         raise ShapeError(f"reshape: cannot reshape {x.node.type_str()} ({x.size} elements) "
                          f"to {shape}", user_location())
     return bind("reshape", x, new_sizes=shape)
@@ -63,7 +66,7 @@ def swapaxes(x, a: int, b: int) -> Tensor:
 def broadcast_to(x, shape) -> Tensor:
     """numpy.broadcast_to."""
     x = _as(x)
-    shape = tuple(int(d) for d in shape)
+    shape = tuple(as_dim(d) for d in shape)
     if len(shape) < x.ndim or any(
             s not in (1, t) for s, t in zip(x.shape, shape[len(shape) - x.ndim:])):
         raise ShapeError(f"broadcast_to: cannot broadcast {x.node.type_str()} to {shape}",

@@ -11,6 +11,9 @@ import threading
 
 import numpy as np
 
+from graphc_runtime import dims as sym
+from graphc_runtime.dims import is_symbolic
+
 from graphc_runtime.errors import GraphcError
 
 from . import dtypes
@@ -41,7 +44,10 @@ class Node:
         return len(self.shape)
 
     @property
-    def size(self) -> int:
+    def size(self):
+        """The element count: an int, or a Dim when the shape is symbolic."""
+        if is_symbolic(self.shape):
+            return sym.prod(self.shape)
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property

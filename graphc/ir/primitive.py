@@ -10,6 +10,7 @@ from typing import Callable
 
 import numpy as np
 
+from graphc_runtime.dims import Dim
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
 from .graph import Graph, Node, graph_for
@@ -100,7 +101,8 @@ def bind(op: str, inputs=(), attrs: dict | None = None, graph: Graph | None = No
         if e.loc is None:
             raise type(e)(f"{op}: {e.bare_message}", loc) from None
         raise
-    return graph.add_node(op, inputs, attrs, tuple(int(d) for d in shape), dtype, name, loc)
+    return graph.add_node(op, inputs, attrs, tuple(d if isinstance(d, Dim) else int(d) for d in shape),
+                          dtype, name, loc)
 
 
 # --- helpers shared by the rules ------------------------------------------------------

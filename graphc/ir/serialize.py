@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 
+from graphc_runtime.dims import Dim
+
 from graphc_runtime.errors import ArtifactError
 
 from . import dtypes
@@ -40,6 +42,8 @@ def _encode(value):
         return {"__tuple__": [_encode(v) for v in value]}
     if isinstance(value, float):
         return {"__float__": value.hex()}      # exact, and NaN/inf safe
+    if isinstance(value, Dim):
+        return {"__dim__": value.to_json()}
     return value
 
 
@@ -59,6 +63,8 @@ def _decode(value):
             return tuple(_decode(v) for v in value["__tuple__"])
         if "__float__" in value:
             return float.fromhex(value["__float__"])
+        if "__dim__" in value:
+            return Dim.from_json(value["__dim__"])
     if isinstance(value, list):
         return tuple(_decode(v) for v in value)
     return value
@@ -69,7 +75,7 @@ def graph_to_dict(graph: Graph, outputs=None, include_variables: bool = True) ->
         "format": FORMAT, "version": VERSION, "name": graph.name,
         "nodes": [{"id": n.id, "op": n.op, "inputs": [i.id for i in n.inputs],
                    "attrs": {k: _encode(v) for k, v in n.attrs.items()},
-                   "shape": list(n.shape), "dtype": n.dtype, "name": n.name, "loc": n.loc}
+                   "shape": [_encode(d) for d in n.shape], "dtype": n.dtype, "name": n.name, "loc": n.loc}
                   for n in graph.nodes],
         "variables": {k: encode_array(v) for k, v in graph.variables.items()}
         if include_variables else {},
@@ -92,7 +98,8 @@ def graph_from_dict(data: dict):
             inputs = [by_id[i] for i in rec["inputs"]]
             attrs = {k: freeze(_decode(v)) for k, v in rec["attrs"].items()}
             shape, dtype = lookup(rec["op"]).rule(inputs, attrs)
-            if tuple(shape) != tuple(rec["shape"]) or dtype != rec["dtype"]:
+            if tuple(shape) != tuple(_decode(d) for d in rec["shape"]) or \
+                    dtype != rec["dtype"]:
                 raise ArtifactError(f"node {rec['id']} ({rec['op']}) records type "
                                     f"{rec['dtype']}{rec['shape']}, its operands give "
                                     f"{dtype}{list(shape)}")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from graphc_runtime.dims import Dim, Undecidable
+
 BIG = 1 << 62
 
 
@@ -19,8 +21,10 @@ class IExpr:
 
 @dataclass(frozen=True)
 class IVar(IExpr):
-    """Loop variable `name` in [0, extent)."""
+    """Loop variable `name` in [0, extent): hi + 1, or `extent` when that is a symbolic
+    Dim (hi is then BIG: only the call knows the bound)."""
     name: str
+    extent: object = None
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,32 @@ class IMod(IExpr):
 
 @dataclass(frozen=True)
 class IClamp(IExpr):
+    """a clamped into [lo, hi]; with a symbolic bound, into [low, high] (ints or Dims)
+    while lo/hi keep the conservative range."""
     a: IExpr
+    low: object = None
+    high: object = None
+
+
+@dataclass(frozen=True)
+class ISize(IExpr):
+    """A symbolic size (a Dim), known at the call."""
+    dim: object
+
+
+@dataclass(frozen=True)
+class IProd(IExpr):
+    """a * b (b a symbolic size): a stride that depends on the call's sizes."""
+    a: IExpr
+    b: IExpr
+
+
+@dataclass(frozen=True)
+class ISymDiv(IExpr):
+    """a // size or a % size (`mod`) for a non-negative a and a symbolic size."""
+    a: IExpr
+    size: object
+    mod: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,14 +94,34 @@ class IFromValue(IExpr):
     value: object
 
 
-def var(name: str, extent: int) -> IExpr:
+def var(name: str, extent) -> IExpr:
     """Loop variable over [0, extent); extent 1 is the constant 0, extent 0 a loop that
-    runs no iteration."""
+    runs no iteration; a symbolic extent (Dim) is bound at the call."""
+    if isinstance(extent, Dim):
+        return IVar(0, BIG, name, extent)
     return IConst(0, 0, 0) if extent == 1 else IVar(0, extent - 1, name)
 
 
-def const(c: int) -> IConst:
+def extent_of(v: IVar):
+    """The number of values of loop variable v: an int or a Dim."""
+    return v.extent if v.extent is not None else v.hi + 1
+
+
+def const(c) -> IExpr:
+    if isinstance(c, Dim):
+        return size(c)
     return IConst(c, c, c)
+
+
+def size(d) -> IExpr:
+    """The index expression of a size: a constant, or an ISize for a Dim."""
+    if not isinstance(d, Dim):
+        return const(d)
+    try:
+        lo = 0 if d >= 0 else -BIG
+    except Undecidable:
+        lo = -BIG
+    return ISize(lo, BIG, d)
 
 
 def add(a: IExpr, b: IExpr) -> IExpr:
@@ -148,7 +197,12 @@ def _split_below(a: IExpr, c: int):
     return None
 
 
-def mul(a: IExpr, c: int) -> IExpr:
+def mul(a: IExpr, c) -> IExpr:
+    if isinstance(c, Dim):
+        if isinstance(a, IConst):
+            return const(0) if a.value == 0 else size(c * a.value)
+        lo = 0 if a.lo >= 0 else -BIG
+        return IProd(lo, BIG, a, size(c))
     if c == 0:
         return const(0)
     if c == 1:
@@ -180,7 +234,25 @@ def _sum(terms) -> IExpr:
     return out
 
 
+def _symbolic_divmod(a: IExpr, c, want_mod: bool) -> IExpr:
+    """a // c or a % c for a symbolic size c: terms x*c split off exactly when the rest
+    is a loop variable over [0, c) (what linearizing an index gives), else a division
+    at run time."""
+    terms = _terms(a)
+    whole = [t.a for t in terms if isinstance(t, IProd) and t.b == size(c)]
+    rest = [t for t in terms if not (isinstance(t, IProd) and t.b == size(c))]
+    if whole and len(rest) == 1 and isinstance(rest[0], IVar) and rest[0].extent == c:
+        return rest[0] if want_mod else _sum(whole)
+    if not whole and len(rest) == 1 and isinstance(rest[0], IVar) and rest[0].extent == c:
+        return rest[0] if want_mod else const(0)
+    if a.lo < 0:
+        raise Undecidable(f"a possibly negative index divided by the symbolic size {c}")
+    return ISymDiv(0, BIG, a, c, want_mod)
+
+
 def floordiv(a: IExpr, c: int) -> IExpr:
+    if isinstance(c, Dim):
+        return _symbolic_divmod(a, c, False)
     if c == 1:
         return a
     if isinstance(a, IConst):
@@ -216,6 +288,8 @@ def _divide_exact(t: IExpr, c: int) -> IExpr:
 
 
 def mod(a: IExpr, c: int) -> IExpr:
+    if isinstance(c, Dim):
+        return _symbolic_divmod(a, c, True)
     if c == 1:
         return const(0)
     if isinstance(a, IConst):
@@ -235,6 +309,9 @@ def mod(a: IExpr, c: int) -> IExpr:
 
 def clamp(a: IExpr, lo: int, hi: int) -> IExpr:
     """a clamped into [lo, hi]."""
+    if isinstance(lo, Dim) or isinstance(hi, Dim):
+        return IClamp(lo if isinstance(lo, int) else -BIG, hi if isinstance(hi, int) else BIG,
+                      a, lo, hi)
     if a.lo >= lo and a.hi <= hi:
         return a
     return IClamp(lo, hi, a)
@@ -325,6 +402,12 @@ def show(e: IExpr) -> str:
         return f"({show(e.a)} % {e.c})"
     if isinstance(e, IClamp):
         return f"clamp({show(e.a)}, {e.lo}, {e.hi})"
+    if isinstance(e, ISize):
+        return str(e.dim)
+    if isinstance(e, IProd):
+        return f"{show(e.a)}*{show(e.b)}"
+    if isinstance(e, ISymDiv):
+        return f"({show(e.a)} {'%' if e.mod else '//'} {e.size})"
     return "idx(...)"
 
 

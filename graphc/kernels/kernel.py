@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from graphc_runtime.dims import Dim
 from graphc_runtime.errors import CompileError
 
 from ..ir import dtypes
@@ -32,10 +33,11 @@ class Buffer:
     name: str = ""
 
     @property
-    def nbytes(self) -> int:
+    def nbytes(self):
+        """Bytes: an int, or a Dim for a symbolic shape."""
         n = dtypes.itemsize(self.dtype)
         for d in self.shape:
-            n *= d
+            n = n * d
         return n
 
 
@@ -280,6 +282,8 @@ class ExprBuilder:
             return Const(node.dtype, a["value"].reshape(()).item())
         if op == "iota":
             return IndexValue(node.dtype, index[a["dimension"]])
+        if op == "dim_size":
+            return IndexValue(node.dtype, ix.size(a["size"]))
         if op == "compare":
             return Prim("bool", "compare", (self.value(ins[0], index), self.value(ins[1], index)),
                         a["direction"])
@@ -331,6 +335,11 @@ class ExprBuilder:
         for d, (e, lo, it, n) in enumerate(zip(index, a["low"], a["interior"], x.shape)):
             t = ix.add(e, ix.const(-lo))
             step = it + 1
+            if isinstance(n, Dim):                 # a symbolic axis: bounds at the call
+                hi = (n - 1) * step + 1
+                conds.append(InRange("bool", t, 0, hi, step))
+                j.append(ix.clamp(ix.floordiv(t, step), 0, n - 1))
+                continue
             hi = (n - 1) * step + 1 if n else 0
             if not (t.lo >= 0 and t.hi < hi and step == 1):
                 conds.append(InRange("bool", t, 0, hi, step))
@@ -476,8 +485,8 @@ def _stash_candidates(stages, full_stores, red_shape) -> list:
     keeping them in a row-sized scratch saves recomputing them (softmax's exp)."""
     size = 1
     for n in red_shape:
-        size *= n
-    if not stages or size > MAX_STASH_ELEMENTS or size == 0:
+        size = size * n
+    if not stages or not isinstance(size, int) or size > MAX_STASH_ELEMENTS or size == 0:
         return []
     later_exprs = [s.value for s in full_stores]
     chosen, taken, memo = [], set(), {}
@@ -689,7 +698,7 @@ def extent(vars_) -> int:
     n = 1
     for v in vars_:
         if isinstance(v, ix.IVar):
-            n *= v.hi + 1
+            n = n * ix.extent_of(v)
     return n
 
 

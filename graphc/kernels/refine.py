@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
+from graphc_runtime.dims import hint
+
 from . import index as ix
 from . import kernel as K
 
@@ -21,7 +23,7 @@ def refine_loop(kern: K.LoopKernel) -> K.LoopKernel:
     """`kern` with each loop variable split into the digits its divisions ask for, where
     `_cost` finds that cheaper."""
     for v in list(kern.loop_vars):
-        if not isinstance(v, ix.IVar):
+        if not isinstance(v, ix.IVar) or v.extent is not None:    # symbolic: left alone
             continue
         best, best_cost = kern, _cost(kern)
         for radices in _chains(_divisors(kern, v.name), v.hi + 1):
@@ -50,7 +52,7 @@ def _cost(kern, before=None) -> int:
 
 def _innermost(kern) -> int:
     real = [v for v in kern.loop_vars if isinstance(v, ix.IVar)]
-    return real[-1].hi + 1 if real else 1
+    return hint(ix.extent_of(real[-1])) if real else 1
 
 
 def _count_divisions(e) -> int:
@@ -136,7 +138,7 @@ def _substitute_kernel(kern, sub: dict, old: ix.IVar, digits: list) -> K.LoopKer
         loop_vars.extend(digits if v is old else [v])
     stores = [K.Store(s.buffer, _value(s.value, sub, memo),
                       tuple(substitute(i, sub, memo) for i in s.index)) for s in kern.stores]
-    shape = tuple(v.hi + 1 if isinstance(v, ix.IVar) else 1 for v in loop_vars)
+    shape = tuple(ix.extent_of(v) if isinstance(v, ix.IVar) else 1 for v in loop_vars)
     return K.LoopKernel(kern.name, shape, tuple(loop_vars), stores)
 
 
@@ -158,7 +160,15 @@ def substitute(e: ix.IExpr, sub: dict, memo: dict) -> ix.IExpr:
     elif isinstance(e, ix.IMod):
         out = ix.mod(substitute(e.a, sub, memo), e.c)
     elif isinstance(e, ix.IClamp):
-        out = ix.clamp(substitute(e.a, sub, memo), e.lo, e.hi)
+        out = ix.clamp(substitute(e.a, sub, memo), e.lo if e.low is None else e.low,
+                       e.hi if e.high is None else e.high)
+    elif isinstance(e, ix.ISize):
+        out = e
+    elif isinstance(e, ix.IProd):
+        out = ix.mul(substitute(e.a, sub, memo), e.b.dim)
+    elif isinstance(e, ix.ISymDiv):
+        a = substitute(e.a, sub, memo)
+        out = ix.mod(a, e.size) if e.mod else ix.floordiv(a, e.size)
     elif isinstance(e, ix.IFromValue):
         out = ix.from_value(_value(e.value, sub, memo))
     else:

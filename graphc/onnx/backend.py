@@ -2,10 +2,11 @@
 `supports_device` (CPU, CUDA), for onnx.backend.test.BackendTest and the node
 conformance cases (onnx.backend.test.case.node.collect_testcases()).
 
-graphc compiles for fixed shapes. A model whose input dims are symbolic, or whose
-shapes depend on input values (Reshape's shape or Reduce*'s axes fed as inputs), is
-compiled at its first run for the shapes and values seen, and again only when they
-change (one executable per distinct key, kept).
+A model whose input dims are symbolic compiles once with graphc's symbolic dimensions.
+Where that cannot be (a shape computed from a size that must be known, ConstantOfShape
+of Shape(x)), or where shapes depend on input values (Reshape's shape or Reduce*'s axes
+fed as inputs), the model is compiled at its first run for the shapes and values seen,
+and again only when they change (one executable per distinct key, kept).
 """
 from __future__ import annotations
 

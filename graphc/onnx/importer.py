@@ -14,6 +14,8 @@ from . import ops
 from . import (ops_control, ops_math, ops_nn, ops_pool, ops_quant,  # noqa: F401 (they
                ops_resize, ops_rnn, ops_signal)                      # register converters)
 from .dtypes import dtype_of, to_array
+from graphc_runtime.dims import Undecidable, is_symbolic
+
 from .errors import NeedsInputShapes, NeedsInputValues, UnsupportedError
 
 # graphc's converters implement each op from opset 7 on; older opsets import where the op
@@ -111,6 +113,12 @@ class Context:
         if isinstance(value, gc.Tensor):
             return value if dtype is None or value.dtype == dtype else gc.cast(value, dtype)
         arr = np.asarray(value)
+        if arr.dtype == object:            # sizes, some symbolic: their values at the call
+            dt = dtype or "int64"
+            with self.graph:
+                parts = [gc.dim_size(d, dt) for d in arr.reshape(-1)]
+                flat = gc.stack(parts) if parts else gc.constant(np.zeros(0, np.int64))
+                return flat.reshape(arr.shape)
         if dtype is not None:
             arr = arr.astype(gc.ir.dtypes.to_numpy(dtype))
         with self.graph:
@@ -142,12 +150,15 @@ class Context:
 
 
 def import_model(model_or_path, trainable: bool = False, input_shapes: dict | None = None,
-                 input_values: dict | None = None) -> ImportedModel:
+                 input_values: dict | None = None, symbolic: bool = True) -> ImportedModel:
     """Import an ONNX model. Initializers become constants, or variables (`.params`) with
     `trainable=True` (floating-point ones) so the model can be fine-tuned with gc.grad and
-    gc.optim. `input_shapes` ({input name: shape}) fixes inputs whose dims are symbolic;
-    `input_values` ({input name: array}) makes inputs constants of the graph (they are then
-    not among `.inputs`), for shape-determining inputs (NeedsInputValues)."""
+    gc.optim. An input's symbolic dims ("batch_size", or unnamed) become graphc's symbolic
+    dimensions (one compile for every size); a model whose shape computations need a
+    concrete size raises NeedsInputShapes, as does any symbolic dim with `symbolic=False`.
+    `input_shapes` ({input name: shape}) fixes inputs' sizes; `input_values` ({input name:
+    array}) makes inputs constants of the graph (they are then not among `.inputs`), for
+    shape-determining inputs (NeedsInputValues)."""
     onnx = _onnx()
     model = load(model_or_path)
     if not trainable:                    # trainable: keep the statistics as they are
@@ -189,6 +200,7 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
                 env[init.name] = arr
         shapes = dict(input_shapes or {})
         values = dict(input_values or {})
+        symbolic_inputs: list = []
         for inp in model.graph.input:
             if inp.name in initialized:
                 continue
@@ -212,9 +224,12 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
                                        f"(...)}})", [inp.name])
             else:
                 shape = []
-                for d in t.shape.dim:
+                for axis, d in enumerate(t.shape.dim):
                     if d.HasField("dim_value"):
                         shape.append(d.dim_value)
+                    elif symbolic:
+                        shape.append(_symbol_name(d.dim_param, inp.name, axis))
+                        symbolic_inputs.append(inp.name)
                     else:
                         raise NeedsInputShapes(
                             f"input {inp.name!r} has a symbolic dimension "
@@ -228,8 +243,17 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
         if shapes:
             raise GraphcError(f"input_shapes names {', '.join(map(repr, shapes))}, which are "
                               f"not inputs of the model ({', '.join(inputs) or 'none'})")
-        for node in model.graph.node:
-            _convert_node(ctx, node, env)
+        try:
+            for node in model.graph.node:
+                _convert_node(ctx, node, env)
+        except Undecidable as e:
+            if not symbolic_inputs:
+                raise
+            names = list(dict.fromkeys(symbolic_inputs))
+            raise NeedsInputShapes(f"{ctx.where()}: needs a concrete size of the symbolic "
+                                   f"dims of input(s) {', '.join(map(repr, names))} ({e}); "
+                                   f"give them with import_model(..., input_shapes=...)",
+                                   names) from None
         outputs = {}
         for out in model.graph.output:
             if out.name not in env:
@@ -395,9 +419,19 @@ def _fold(ctx, value, args):
     """A result computed from static operands only becomes static itself (shape
     sub-graphs fold at import); small results only, so weights stay as one constant."""
     if isinstance(value, gc.Tensor) and all(not isinstance(a, gc.Tensor) for a in args
-                                            if a is not None) and value.size <= 4096:
+                                            if a is not None) and \
+            not is_symbolic(value.shape) and value.size <= 4096:
         return ctx.static(value, "a constant sub-expression")
     return value
+
+
+def _symbol_name(param: str, input_name: str, axis: int):
+    """A graphc symbol for an ONNX dim_param (made an identifier), or None (a fresh
+    symbol) for an unnamed dim."""
+    if not param:
+        return None
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in param)
+    return name if name.isidentifier() else f"d_{name}"
 
 
 def compile(model_or_path, device: str = "cpu", input_shapes: dict | None = None,

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime.dims import Dim, Undecidable, is_symbolic, prod
+
+from graphc.ir.dtypes import canonical as dtypes_of_numpy
+
 import graphc as gc
 
 from .dtypes import dtype_of
@@ -19,7 +23,8 @@ INT64 = "int64"
 
 
 def _ints(v):
-    return [int(x) for x in np.asarray(v).reshape(-1)]
+    """Integers of a static operand; symbolic sizes (Dims in a shape) stay Dims."""
+    return [x if isinstance(x, Dim) else int(x) for x in np.asarray(v).reshape(-1)]
 
 
 def _norm_axes(axes, ndim):
@@ -292,13 +297,17 @@ def _constant(ctx, a, at):
 def _constant_of_shape(ctx, a, at):
     shape = _ints(ctx.static(a[0], "the shape"))
     value = at.get("value", np.zeros(1, np.float32))
-    return np.full(shape, np.asarray(value).reshape(-1)[0], dtype=np.asarray(value).dtype)
+    fill = np.asarray(value).reshape(-1)[0]
+    if any(isinstance(d, Dim) for d in shape):      # a broadcast of the sizes at the call
+        with ctx.graph:
+            return gc.full(tuple(shape), fill, dtypes_of_numpy(np.asarray(value).dtype))
+    return np.full(shape, fill, dtype=np.asarray(value).dtype)
 
 
 @op("Shape")
 def _shape(ctx, a, at):
-    shape = np.asarray(np.shape(a[0]) if not isinstance(a[0], gc.Tensor) else a[0].shape,
-                       np.int64)
+    dims = np.shape(a[0]) if not isinstance(a[0], gc.Tensor) else a[0].shape
+    shape = np.array(dims, dtype=object if is_symbolic(dims) else np.int64)
     n = len(shape)
     start, end = at.get("start", 0), at.get("end", n)
     return shape[slice(start, end)]
@@ -306,8 +315,8 @@ def _shape(ctx, a, at):
 
 @op("Size")
 def _size(ctx, a, at):
-    return np.asarray(int(np.prod(a[0].shape if isinstance(a[0], gc.Tensor)
-                                  else np.shape(a[0]))), np.int64)
+    n = prod(a[0].shape if isinstance(a[0], gc.Tensor) else np.shape(a[0]))
+    return np.asarray(n, object if isinstance(n, Dim) else np.int64)
 
 
 @op("Range")
@@ -318,6 +327,9 @@ def _range(ctx, a, at):
             raise ctx.unsupported(f"{name} must be a scalar, got shape {v.shape}")
     dtype = start.dtype
     start, limit, delta = (v.reshape(()) for v in (start, limit, delta))
+    for v in (start, limit, delta):
+        if isinstance(v.item(), Dim):
+            raise Undecidable(f"Range's length follows the symbolic size {v.item()}")
     return np.arange(start, limit, delta, dtype=dtype)
 
 
@@ -338,8 +350,8 @@ def _flatten(ctx, a, at):
     x = ctx.tensor(a[0])
     axis = at.get("axis", 1)
     axis = axis + x.ndim if axis < 0 else axis
-    head = int(np.prod(x.shape[:axis])) if axis else 1
-    return gc.reshape(x, (head, -1 if x.size else 0) if head else (0, int(np.prod(x.shape[axis:]))))
+    head = prod(x.shape[:axis]) if axis else 1
+    return gc.reshape(x, (head, -1 if x.size else 0) if head else (0, prod(x.shape[axis:])))
 
 
 @op("Transpose")
@@ -629,7 +641,7 @@ def _softmax(fn):
             return fn(x, at.get("axis", -1))
         axis = at.get("axis", 1)
         axis = axis + x.ndim if axis < 0 else axis       # before 13: over the flattened tail
-        head = int(np.prod(x.shape[:axis]))
+        head = prod(x.shape[:axis])
         return gc.reshape(fn(gc.reshape(x, (head, -1)), -1), x.shape)
     return convert
 

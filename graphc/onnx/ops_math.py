@@ -6,6 +6,8 @@ import string
 
 import numpy as np
 
+from graphc_runtime.dims import prod
+
 import graphc as gc
 
 from .dtypes import dtype_of
@@ -144,7 +146,7 @@ def _hardmax(ctx, a, at):
         return gc.cast(hit, x.dtype)
     axis = at.get("axis", 1)
     axis = axis + x.ndim if axis < 0 else axis
-    flat = gc.reshape(x, (int(np.prod(x.shape[:axis])), -1))
+    flat = gc.reshape(x, (prod(x.shape[:axis]), -1))
     idx = gc.argmax(flat, 1, True)
     return gc.reshape(gc.cast(gc.iota(flat.shape, 1, idx.dtype) == idx, x.dtype), x.shape)
 
@@ -286,9 +288,9 @@ def _contract(x, tx, y, ty, out, sizes):
     xv = arrange(x, tx, batch + fx + inner)
     yv = arrange(y, ty, batch + inner + fy)
     nb = [sizes[c] for c in batch]
-    m = int(np.prod([sizes[c] for c in fx])) if fx else 1
-    k = int(np.prod([sizes[c] for c in inner])) if inner else 1
-    n = int(np.prod([sizes[c] for c in fy])) if fy else 1
+    m = prod([sizes[c] for c in fx]) if fx else 1
+    k = prod([sizes[c] for c in inner]) if inner else 1
+    n = prod([sizes[c] for c in fy]) if fy else 1
     z = gc.matmul(gc.reshape(xv, tuple(nb) + (m, k)), gc.reshape(yv, tuple(nb) + (k, n)))
     z = gc.reshape(z, tuple(nb) + tuple(sizes[c] for c in fx + fy))
     return z, "".join(batch + fx + fy)

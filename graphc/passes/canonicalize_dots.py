@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime import dims as sym
+
 from .program import Program, rebuild
 
 
@@ -28,7 +30,7 @@ def _merge(shape, groups):
         g = first.get(a, (a,))
         for x in g:
             where[x] = len(new_shape)
-        new_shape.append(int(np.prod([shape[x] for x in g], dtype=np.int64)))
+        new_shape.append(sym.prod([shape[x] for x in g]))
     return tuple(new_shape), where
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime import dims as sym
+
 from ..ir import dtypes
 from .program import Program, rebuild
 
@@ -28,9 +30,9 @@ def column_sums(program: Program) -> Program:
         axes = tuple(sorted(node.attrs["axes"]))
         if not axes or axes != tuple(range(len(axes))) or x.op not in MATERIALIZED:
             return None
-        rows = int(np.prod(x.shape[:len(axes)], dtype=np.int64))
-        cols = int(np.prod(x.shape[len(axes):], dtype=np.int64))
-        if rows < MIN_ROWS or cols < MIN_COLUMNS:
+        rows = sym.prod(x.shape[:len(axes)])
+        cols = sym.prod(x.shape[len(axes):])
+        if sym.hint(rows) < MIN_ROWS or sym.hint(cols) < MIN_COLUMNS:
             return None
         one = builder.add("constant", (), {"value": np.ones((), dtypes.to_numpy(x.dtype))},
                           like=node)

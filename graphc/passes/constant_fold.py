@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime.dims import is_symbolic
+
 from ..ir.primitive import lookup
 from .program import Program, rebuild
 
@@ -21,14 +23,16 @@ def _constant_value(node):
     """The value of a constant, or of a broadcast of one; else None."""
     if node.op == "constant":
         return node.attrs["value"]
-    if node.op == "broadcast_in_dim" and node.inputs[0].op == "constant":
+    if node.op == "broadcast_in_dim" and node.inputs[0].op == "constant" and \
+            not is_symbolic(node.shape):
         return lookup(node.op).impl([node.inputs[0].attrs["value"]], node.attrs, node)
     return None
 
 
 def constant_fold(program: Program, max_elements: int = MAX_ELEMENTS) -> Program:
     def rewrite(builder, node, inputs):
-        if node.op in _NEVER or not inputs or node.size > max_elements:
+        if node.op in _NEVER or not inputs or is_symbolic(node.shape) or \
+                node.size > max_elements:
             return None
         values = [_constant_value(i) for i in inputs]
         if any(v is None for v in values):

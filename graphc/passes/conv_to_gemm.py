@@ -17,6 +17,8 @@ import itertools
 
 import numpy as np
 
+from graphc_runtime import dims as sym
+
 from .program import Builder, Program, rebuild
 
 MIN_FLOPS = 1 << 20
@@ -55,7 +57,7 @@ def _im2col(b: Builder, node, x, w):
     window = w.shape[2:]
     out_sp = node.shape[2:]
     nsp = len(window)
-    rows = n * int(np.prod(out_sp, dtype=np.int64))
+    rows = n * sym.prod(out_sp)
     slices = []
     for _, sl in _window_slices(b, node, x, window):
         # (N, C, *out) -> (C, 1, N * out): output positions innermost, so the kernel
@@ -84,7 +86,7 @@ def _per_output_position(b: Builder, node, x, w):
     window = w.shape[2:]
     out_sp = node.shape[2:]
     xp = _padded(b, x, a["padding"])
-    q = int(np.prod(window, dtype=np.int64))
+    q = sym.prod(window)
     slabs = []
     for pos in itertools.product(*[range(m) for m in out_sp]):
         start = (0, 0) + tuple(p * s for p, s in zip(pos, a["window_strides"]))
@@ -133,17 +135,18 @@ def conv_to_gemm(program: Program) -> Program:
         depthwise = a["feature_group_count"] == x.shape[1] == w.shape[0] > 1 and \
             w.shape[1] == 1
         if depthwise and node.dtype in ("float32", "float64") and \
-                int(np.prod(w.shape[2:])) <= MAX_WINDOW:
+                sym.prod(w.shape[2:]) <= MAX_WINDOW:
             return _depthwise(builder, node, x, w)
         if a["feature_group_count"] != 1:
             return None
         if node.dtype not in ("float32", "float64"):
             return None
-        flops = node.size * int(np.prod(w.shape[1:], dtype=np.int64))
-        patch_bytes = node.size // node.shape[1] * int(np.prod(w.shape[1:])) * \
+        flops = node.size * sym.prod(w.shape[1:])
+        patch_bytes = node.size // node.shape[1] * sym.prod(w.shape[1:]) * \
             x.nbytes // max(x.size, 1)
-        window = int(np.prod(w.shape[2:], dtype=np.int64))
-        positions = int(np.prod(node.shape[2:], dtype=np.int64))
+        window = sym.prod(w.shape[2:])
+        positions = sym.prod(node.shape[2:])
+        flops, patch_bytes = sym.hint(flops), sym.hint(patch_bytes)  # symbolic: a typical size
         if flops < MIN_FLOPS or patch_bytes > MAX_PATCH_BYTES or min(window, positions) > MAX_WINDOW:
             return None
         if window <= positions:

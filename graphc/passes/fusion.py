@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from graphc_runtime.dims import hint
+
 from ..kernels import kernel as K
 from ..ir.graph import Node
 from ..ir.primitive import lookup
@@ -133,14 +135,14 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
             decisions.append(f"materialize %{n.id} ({n.op}): operand of a "
                              f"dot/conv/scatter/collective")
             continue
-        broadcasts = any(u.op == "broadcast_in_dim" and u.size > n.size for u in us)
+        broadcasts = any(u.op == "broadcast_in_dim" and hint(u.size) > hint(n.size) for u in us)
         if len(us) > 1 or broadcasts:
             # recomputation per consumer element: broadcasts repeat each value, other
             # consumers (elementwise, views, concatenate, reductions) read it once; a
             # per-row value (the shape of a reduction it depends on) is computed once per
             # row inside a row kernel
             amplification = len(us) if n.size in row_shapes[n.id] else sum(
-                max(u.size, 1) / max(n.size, 1) if u.op == "broadcast_in_dim" else 1
+                max(hint(u.size), 1) / max(hint(n.size), 1) if u.op == "broadcast_in_dim" else 1
                 for u in us)
             if cost[n.id] * amplification > DUPLICATION_LIMIT * max(1, len(us) // 2 + 1) \
                     and cost[n.id] > 0:
@@ -362,7 +364,7 @@ def _sibling_pairs(plan_: FusionPlan, alive) -> list:
             continue
         for m in g.members.values():
             for i in m.inputs:
-                if i.id not in g.members and i.size > 1:
+                if i.id not in g.members and hint(i.size) > 1:
                     readers.setdefault(i.id, set()).add(g.id)
     pairs = []
     for ids in readers.values():

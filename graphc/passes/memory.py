@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from graphc_runtime.dims import Dim, Undecidable, hint
+
 ALIGN = 64
 
 
@@ -52,6 +54,8 @@ def plan_memory(sizes: dict, first: dict, last: dict, in_place_pairs=()) -> Memo
         lo, hi, size = slots.get(r, (first[b], last[b], sizes[b]))
         slots[r] = (min(lo, first[b]), max(hi, last[b]), max(size, sizes[b]))
 
+    symbolic = {r: v for r, v in slots.items() if isinstance(v[2], Dim)}
+    slots = {r: v for r, v in slots.items() if r not in symbolic}
     placed: list = []            # (offset, size, lo, hi)
     slot_offset = {}
     for r, (lo, hi, size) in sorted(slots.items(), key=lambda kv: (-kv[1][2], kv[1][0], kv[0])):
@@ -66,19 +70,63 @@ def plan_memory(sizes: dict, first: dict, last: dict, in_place_pairs=()) -> Memo
         offset = best if best is not None else cursor
         placed.append((offset, size_a, lo, hi))
         slot_offset[r] = offset
-    offsets = {b: slot_offset[find(b)] for b in sizes}
     arena = max((o + s for o, s, _, _ in placed), default=0)
+    if symbolic:
+        arena = _place_symbolic(symbolic, slot_offset, _align(arena))
+    offsets = {b: slot_offset[find(b)] for b in sizes}
     steps = set(first.values()) | set(last.values())
     lower = max((sum(sizes[b] for b in sizes if first[b] <= t <= last[b]) for t in steps),
-                default=0)
+                default=0, key=hint)
     return MemoryPlan(offsets, arena, lower,
                       {b: (first[b], last[b], sizes[b]) for b in sizes}, used_pairs)
+
+
+def _place_symbolic(slots: dict, slot_offset: dict, base: int):
+    """Offsets for slots whose sizes are Dims, after `base` bytes of static ones: lanes of
+    slots with disjoint lifetimes, each lane as large as its largest slot (a slot joins a
+    lane only when one of the two sizes provably bounds the other for every size of the
+    symbols). Lanes follow one another, so every offset is a polynomial in the symbols,
+    evaluated by the code at the call. Returns the arena's size (a Dim)."""
+    lanes: list = []             # [size, [(lo, hi), ...], [slot, ...]]
+    for r, (lo, hi, size) in sorted(slots.items(), key=lambda kv: (-hint(kv[1][2]), kv[0])):
+        size = align_up(size)
+        for lane in lanes:
+            if any(not (h2 < lo or hi < l2) for l2, h2 in lane[1]):
+                continue
+            try:
+                if lane[0] >= size:
+                    pass
+                elif size >= lane[0]:
+                    lane[0] = size
+                else:
+                    continue
+            except Undecidable:
+                continue
+            lane[1].append((lo, hi))
+            lane[2].append(r)
+            break
+        else:
+            lanes.append([size, [(lo, hi)], [r]])
+    offset = base
+    for size, _, members in lanes:
+        for r in members:
+            slot_offset[r] = offset
+        offset = offset + size
+    return offset
+
+
+def align_up(size):
+    """A multiple of ALIGN at least `size` for every value of its symbols: each
+    coefficient (all non-negative for a size) rounded up to a multiple of ALIGN."""
+    if not isinstance(size, Dim):
+        return _align(size)
+    return Dim.make({m: _align(c) for m, c in size.terms.items()})
 
 
 def describe(plan: MemoryPlan, names: dict) -> str:
     """The `memory` dump: one line per temporary buffer."""
     lines = [f"arena {plan.arena_bytes} bytes, live lower bound {plan.live_bytes_lower_bound} bytes"]
-    for b, (lo, hi, size) in sorted(plan.intervals.items(), key=lambda kv: plan.offsets[kv[0]]):
+    for b, (lo, hi, size) in sorted(plan.intervals.items(), key=lambda kv: hint(plan.offsets[kv[0]])):
         lines.append(f"  [{plan.offsets[b]:>10}, {plan.offsets[b] + size:>10})  steps {lo}..{hi}  "
                      f"{size} bytes  {names.get(b, '')}")
     for a, o in plan.in_place:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime.dims import Dim
+
 from ..ir import dtypes
 from .program import Program, rebuild
 from .simplify import scalar_value
@@ -45,6 +47,8 @@ def pads_to_concat(program: Program) -> Program:
                 "pad" not in (inputs[0].op, inputs[1].op):
             return None
         axis = a[0]
+        if any(isinstance(d, Dim) for d in node.shape):
+            return None                         # piece bounds known at the call only
         filled = sorted(((s, e, n) for s, e, n in a[1] + b[1] if n is not None and e > s),
                         key=lambda piece: piece[:2])
         if any(filled[k][1] > filled[k + 1][0] for k in range(len(filled) - 1)):

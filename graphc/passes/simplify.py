@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime import dims as sym
+
 from ..ir import dtypes
 from ..ir.graph import Node
 from .program import Builder, Program, rebuild
@@ -119,7 +121,9 @@ def _sum_of_broadcast(b: Builder, node: Node, bc: Node):
     # only axes that the broadcast created (not operand axes of size > 1)
     if any(d in axes and x.shape[i] != 1 for i, d in enumerate(dims)):
         return None
-    count = int(np.prod([bc.shape[a] for a in axes], dtype=np.int64))
+    count = sym.prod([bc.shape[a] for a in axes])
+    if isinstance(count, sym.Dim):
+        return None                         # the count is known at the call only
     kept = [d for d in range(bc.ndim) if d not in axes]
     position = {d: i for i, d in enumerate(kept)}
     keep_x = [i for i, d in enumerate(dims) if d not in axes]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime import dims as sym
+
 from .program import Program, rebuild
 
 MIN_SPLIT = 1 << 20
@@ -33,9 +35,10 @@ def split_reductions(program: Program) -> Program:
         if tuple(axes) != tuple(range(x.ndim - len(axes), x.ndim)):
             return None                                   # only trailing axes
         kept = x.shape[:x.ndim - len(axes)]
-        rows = int(np.prod(kept, dtype=np.int64))
-        r = int(np.prod(x.shape[x.ndim - len(axes):], dtype=np.int64))
-        c = _chunks(r) if r >= MIN_SPLIT and rows < MAX_ROWS else None
+        rows = sym.prod(kept)
+        r = sym.prod(x.shape[x.ndim - len(axes):])
+        c = _chunks(r) if isinstance(r, int) and r >= MIN_SPLIT and \
+            sym.hint(rows) < MAX_ROWS else None
         if c is None:
             return None
         split = builder.add("reshape", (x,), {"new_sizes": tuple(kept) + (c, r // c)})

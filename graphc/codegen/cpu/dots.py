@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from graphc_runtime.dims import Dim, Undecidable, hint
+
 
 from ...kernels import index as ix
 from ...kernels import kernel as K
@@ -21,9 +23,10 @@ def blas_plan(k: "K.DotKernel"):
     ms, ns, ks = real(k.m_vars), real(k.n_vars), real(k.k_vars)
     if len(ms) > 1 or len(ns) > 1 or len(ks) > 1 or len(real(k.k_vars)) != len(ks):
         return None
-    size = lambda vs: vs[0].hi + 1 if vs else 1
+    size = lambda vs: ix.extent_of(vs[0]) if vs else 1
     M, N, Kd = size(ms), size(ns), size(ks)
-    if M * N * Kd < BLAS_MIN_FLOPS or max(M, N, Kd) >= 2 ** 31 or not blas.available():
+    if hint(M * N * Kd) < BLAS_MIN_FLOPS or max(map(hint, (M, N, Kd))) >= 2 ** 31 or \
+            not blas.available():
         return None
     plan = {"M": M, "N": N, "K": Kd, "batch_coefs": {}}
     names = {v.name for v in real(k.batch_vars)}
@@ -42,13 +45,14 @@ def blas_plan(k: "K.DotKernel"):
         if extra:
             return None
         nr, nc = (M, Kd) if key == "a" else (Kd, N)
-        if (c == 1 or nc == 1) and (nr == 1 or r >= nc):
-            trans, ld = 111, (r if nr > 1 else max(nc, 1))
-        elif (r == 1 or nr == 1) and (nc == 1 or c >= nr):
-            trans, ld = 112, (c if nc > 1 else max(nr, 1))
+        if (c == 1 or nc == 1) and (nr == 1 or _at_least(r, nc)):
+            trans, ld = 111, (r if _many(nr) else nc)
+        elif (r == 1 or nr == 1) and (nc == 1 or _at_least(c, nr)):
+            trans, ld = 112, (c if _many(nc) else nr)
         else:
             return None
-        plan[f"trans_{key}"], plan[f"ld{key}"], plan[f"{key}_const"] = trans, max(ld, 1), const
+        ld = ld if isinstance(ld, Dim) else max(ld, 1)
+        plan[f"trans_{key}"], plan[f"ld{key}"], plan[f"{key}_const"] = trans, ld, const
         plan["batch_coefs"][operand.buffer.id] = [(n, coefs[n]) for n in coefs if n in names]
     if k.lhs.buffer.id == k.rhs.buffer.id:
         plan["batch_coefs"][k.lhs.buffer.id] = None     # both operands: computed separately
@@ -58,6 +62,19 @@ def blas_plan(k: "K.DotKernel"):
             return None
         plan["batch_coefs"][k.lhs.buffer.id] = [(n, la[n]) for n in la if n in names]
     return plan
+
+
+def _at_least(a, b) -> bool:
+    """a >= b for every size of the symbols (False when that depends on them)."""
+    try:
+        return a >= b
+    except Undecidable:
+        return False
+
+
+def _many(n) -> bool:
+    """n > 1; a symbolic size counts as many (the general layout also serves 1)."""
+    return isinstance(n, Dim) or n > 1
 
 
 class DotEmitter:
@@ -113,8 +130,9 @@ class DotEmitter:
         b = self.b
         ty = COMPUTE[k.out.dtype]
         fn = self.mb.gemm(k.out.dtype)
-        i32 = lambda v: ir.Constant(I32, int(v))
-        c64 = lambda v: ir.Constant(I64, int(v))
+        i32 = lambda v: b.trunc(self.dim(v), I32) if isinstance(v, Dim) else \
+            ir.Constant(I32, int(v))
+        c64 = self.dim
         real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
         split_m = [v.name for v in real(k.m_vars) if v.name in self.bounds]
         split_n = [v.name for v in real(k.n_vars) if v.name in self.bounds]
@@ -129,8 +147,8 @@ class DotEmitter:
                 ptrs.append(off)
             c_off = c64(0)
             if k.batch_vars:
-                lin = ix.linearize(k.batch_vars, [v.hi + 1 if isinstance(v, ix.IVar) else 1
-                                                  for v in k.batch_vars])
+                lin = ix.linearize(k.batch_vars, [ix.extent_of(v) if isinstance(v, ix.IVar)
+                                                  else 1 for v in k.batch_vars])
                 c_off = b.mul(self.index(lin), c64(plan["M"] * plan["N"]))
             rows, cols = i32(plan["M"]), i32(plan["N"])
             if split_m:               # rows begin..end of C: of A's rows (or columns)

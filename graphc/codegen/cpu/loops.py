@@ -12,6 +12,7 @@ from ...kernels import index as ix
 from ...kernels import kernel as K
 from .dots import DotEmitter
 from .reductions import ReductionEmitter
+from .symbols import emit_dim
 from .types import I64
 from .values import ValueEmitter
 
@@ -33,6 +34,11 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
         self.hoisted: list = []        # concatenate choices to decide outside inner loops
         self.resolved: dict = {}       # id(Choose) -> the part chosen by an outer branch
         self.bound: set = set()        # loop variables bound by the enclosing loops
+        self.symbols: dict = {}        # symbol name -> its i64 value (this function's argument)
+
+    def dim(self, d) -> ir.Value:
+        """i64 value of a size (an int or a symbolic Dim)."""
+        return emit_dim(self.b, d, self.symbols)
 
     # -- loops ---------------------------------------------------------------------------
     def loops(self, vars_, body) -> None:
@@ -58,7 +64,7 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
         b.branch(head)
         b.position_at_end(head)
         i = b.phi(I64, v.name)
-        begin, end = self.bounds.get(v.name, (ir.Constant(I64, 0), ir.Constant(I64, v.hi + 1)))
+        begin, end = self.bounds.get(v.name, (ir.Constant(I64, 0), self.dim(ix.extent_of(v))))
         i.add_incoming(begin, pre)
         b.cbranch(b.icmp_signed("<", i, end), loop, done)
         b.position_at_end(loop)
@@ -85,8 +91,7 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
             take = b.append_basic_block(f"part.{k}")
             if not last:
                 other = b.append_basic_block(f"part.not{k}")
-                b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, choice.starts[k + 1])),
-                          take, other)
+                b.cbranch(b.icmp_signed("<", i, self.dim(choice.starts[k + 1])), take, other)
             else:
                 b.branch(take)
             b.position_at_end(take)
@@ -182,9 +187,17 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
             return b.select(neg, b.add(r, ir.Constant(I64, e.c)), r)
         if isinstance(e, ix.IClamp):
             a = self.index(e.a)
-            lo, hi = ir.Constant(I64, e.lo), ir.Constant(I64, e.hi)
+            lo = self.dim(e.low) if e.low is not None else ir.Constant(I64, e.lo)
+            hi = self.dim(e.high) if e.high is not None else ir.Constant(I64, e.hi)
             a = b.select(b.icmp_signed("<", a, lo), lo, a)
             return b.select(b.icmp_signed(">", a, hi), hi, a)
+        if isinstance(e, ix.ISize):
+            return self.dim(e.dim)
+        if isinstance(e, ix.IProd):
+            return b.mul(self.index(e.a), self.index(e.b))
+        if isinstance(e, ix.ISymDiv):
+            op = b.urem if e.mod else b.udiv
+            return op(self.index(e.a), self.dim(e.size))
         if isinstance(e, ix.IFromValue):
             v = self.value(e.value)
             return b.sext(v, I64) if v.type.width < 64 else v

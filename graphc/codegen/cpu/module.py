@@ -16,6 +16,7 @@ from .control import ControlBuilder, ControlEntry
 from .loops import Emitter
 from .parallel import ParallelBuilder, split_var
 from .profiling import Profiling
+from .symbols import emit_dim, program_symbols
 from .types import COMPUTE, F32, I8, I32, I64, LIBM, STORAGE, VOID, _mangle
 
 NUMPY_DATA_OFFSET = 16     # PyArrayObject: PyObject_HEAD (refcount, type), then data
@@ -35,6 +36,8 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
         self.profiling = None         # a Profiling in the profiling build
         self.profile_index: dict = {}  # id(schedule entry) -> its kernel number there
+        self.symbols: list = []       # symbol names: every kernel takes their values
+        self.dims_slot = None         # the table slot of the symbols' values (i64[])
 
     # -- helpers --------------------------------------------------------------------------
     def intrinsic(self, name, types):
@@ -89,7 +92,7 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
             for s in kernel.copy.stores:
                 buffers[s.buffer.id] = s.buffer
         bufs = sorted(buffers.values(), key=lambda b: b.id)
-        params = [ir.PointerType(STORAGE[b.dtype]) for b in bufs]
+        params = [ir.PointerType(STORAGE[b.dtype]) for b in bufs] + [I64] * len(self.symbols)
         if split is not None:
             params += [I64, I64]
         fn = ir.Function(self.module, ir.FunctionType(VOID, params), kernel.name)
@@ -103,6 +106,7 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         entry = fn.append_basic_block("entry")
         builder = ir.IRBuilder(entry)
         em = Emitter(self, builder, {b.id: (arg, b) for arg, b in zip(fn.args, bufs)}, fn)
+        em.symbols = dict(zip(self.symbols, fn.args[len(bufs):len(bufs) + len(self.symbols)]))
         if split is not None:
             em.bounds[split.name] = (fn.args[-2], fn.args[-1])
         em.kernel(kernel)
@@ -122,14 +126,16 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         tr.linkage = "internal"
         b = ir.IRBuilder(tr.append_basic_block("entry"))
         ctx = b.bitcast(tr.args[0], ir.PointerType(I64))
-        words = [b.load(b.gep(ctx, [ir.Constant(I64, k)])) for k in range(len(bufs) + 2)]
+        n = len(bufs) + len(self.symbols)
+        words = [b.load(b.gep(ctx, [ir.Constant(I64, k)])) for k in range(n + 2)]
         args = [b.inttoptr(w, ir.PointerType(STORAGE[x.dtype])) for w, x in zip(words, bufs)]
+        args += words[len(bufs):]
         if self.profiling is None:
-            b.call(fn, args + words[-2:])
+            b.call(fn, args)
         else:
-            chunk = b.load(b.gep(ctx, [ir.Constant(I64, len(bufs) + 2)]))
+            chunk = b.load(b.gep(ctx, [ir.Constant(I64, n + 2)]))
             self.profiling.chunk(b, index, chunk, self.team_thread(b),
-                                 lambda: b.call(fn, args + words[-2:]))
+                                 lambda: b.call(fn, args))
         b.ret(ir.Constant(i8p, None))
         return tr
 
@@ -153,12 +159,19 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         table = fn.args[0]
         arena = b.load(b.gep(table, [ir.Constant(I64, 0)]))
         cache = {}
+        values = {}
+        if self.symbols:
+            dims = b.bitcast(b.load(b.gep(table, [ir.Constant(I64, self.dims_slot)])),
+                             ir.PointerType(I64))
+            values = {s: b.load(b.gep(dims, [ir.Constant(I64, k)]), name=s)
+                      for k, s in enumerate(self.symbols)}
+        sym_args = [values[s] for s in self.symbols]
 
         def pointer(buf: K.Buffer):
             if buf.id in cache:
                 return cache[buf.id]
             if buf.kind == "temp":
-                raw = b.gep(arena, [ir.Constant(I64, arena_offset_of(buf))])
+                raw = b.gep(arena, [emit_dim(b, arena_offset_of(buf), values)])
             else:
                 raw = b.load(b.gep(table, [ir.Constant(I64, slot_of(buf))]))
             cache[buf.id] = b.bitcast(raw, ir.PointerType(STORAGE[buf.dtype]))
@@ -167,6 +180,9 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         for entry in schedule:
             index = self.profile_index.get(id(entry)) if self.profiling is not None else None
             if isinstance(entry, ControlEntry):
+                if self.symbols:
+                    raise CompileError("loops and conds in programs with symbolic "
+                                       "dimensions are not supported yet")
                 if index is not None:
                     self.profiling.kernel_start(b, index)
                 self.emit_control(b, entry, pointer)
@@ -174,13 +190,14 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
                     self.profiling.kernel_end(b, index)
                 continue
             fn_k, bufs, (split, own_threads), trampoline = entry
-            ptrs = [pointer(x) for x in bufs]
+            ptrs = [pointer(x) for x in bufs] + sym_args
             if index is not None:
                 self.profiling.kernel_start(b, index)
             if split is None:
                 b.call(fn_k, ptrs)
             else:
-                self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads)
+                extent = emit_dim(b, ix.extent_of(split), values)
+                self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads, extent)
             if index is not None:
                 self.profiling.kernel_end(b, index)
         b.ret_void()
@@ -207,8 +224,15 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         fn = ir.Function(self.module, ir.FunctionType(I32, [ir.PointerType(i8p)] +
                                                       [i8p] * objects), "graphc_entry")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        table = b.alloca(i8p, size=ir.Constant(I64, slots))
+        table = b.alloca(i8p, size=ir.Constant(I64, slots + (1 if self.symbols else 0)))
         fixed = fn.args[0]
+        sizes = {}
+        if self.symbols:        # the runtime put the symbols' values in `fixed` too
+            dims_ptr = b.load(b.gep(fixed, [ir.Constant(I64, self.dims_slot)]))
+            b.store(dims_ptr, b.gep(table, [ir.Constant(I64, self.dims_slot)]))
+            dims = b.bitcast(dims_ptr, ir.PointerType(I64))
+            sizes = {s: b.load(b.gep(dims, [ir.Constant(I64, k)]))
+                     for k, s in enumerate(self.symbols)}
         values = {}
         for k in range(slots):
             if 1 <= k <= objects:
@@ -226,9 +250,9 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
             if not input_bytes[k]:
                 continue
             start = b.ptrtoint(values[1 + k], I64)
-            end = b.add(start, ir.Constant(I64, input_bytes[k]))
+            end = b.add(start, emit_dim(b, input_bytes[k], sizes))
             for lo, size in ranges:
-                hit = b.and_(b.icmp_unsigned("<", start, b.add(lo, ir.Constant(I64, size))),
+                hit = b.and_(b.icmp_unsigned("<", start, b.add(lo, emit_dim(b, size, sizes))),
                              b.icmp_unsigned("<", lo, end))
                 clash = b.select(hit, ir.Constant(I32, k + 1), clash)
         run, refuse = fn.append_basic_block("run"), fn.append_basic_block("refuse")
@@ -253,6 +277,8 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
         native = [k for k in lowered.kernels if not isinstance(k, K.CollectiveKernel)]
         mb.profiling = Profiling(mb.module, len(native), threads)
     offsets = lowered.memory.offsets
+    mb.symbols = program_symbols(lowered.buffers.values())
+    mb.dims_slot = 1 + len(lowered.slots)
 
     def emit_schedule(low):
         """Emit a Lowered program's kernels: its segments (runs between collectives)."""

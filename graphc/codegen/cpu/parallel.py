@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from graphc_runtime.dims import hint
 from graphc_runtime.openmp import SYMBOLS as OPENMP_POINTERS
 
 
@@ -16,7 +17,8 @@ from .types import I8, I32, I64, VOID
 class ParallelBuilder:
     """ModuleBuilder's calls of split kernels across threads."""
 
-    def _parallel_call(self, b, fn_k, ptrs, split, trampoline, own_threads=True) -> None:
+    def _parallel_call(self, b, fn_k, ptrs, split, trampoline, own_threads=True,
+                       extent_value=None) -> None:
         """Run fn_k over `split`'s range in `threads` contiguous chunks. On OpenMP's team
         when the runtime found libgomp (graphc_gomp_parallel set), else chunks 1.. on new
         threads (pthreads) and chunk 0 here, then join; a thread that cannot be started
@@ -25,15 +27,21 @@ class ParallelBuilder:
         Kernels not worth threads started per call (`own_threads` false) run as one
         call when there is no team."""
         i8p = ir.PointerType(I8)
-        extent = split.hi + 1
-        threads = min(self.threads, extent)
-        bounds = [extent * t // threads for t in range(threads + 1)]
+        extent = ix.extent_of(split)
+        if isinstance(extent, int):
+            threads = min(self.threads, extent)
+            bounds = [ir.Constant(I64, extent * t // threads) for t in range(threads + 1)]
+            extent_value = ir.Constant(I64, extent)
+        else:                   # chunk bounds from the call's size (some may be empty)
+            threads = self.threads
+            bounds = [b.udiv(b.mul(extent_value, ir.Constant(I64, t)),
+                             ir.Constant(I64, threads)) for t in range(threads + 1)]
         contexts = []
         extra = [] if self.profiling is None else [None]      # the chunk's number
         for t in range(threads):
             ctx = b.alloca(I64, size=ir.Constant(I64, len(ptrs) + 2 + len(extra)))
-            words = [b.ptrtoint(p, I64) for p in ptrs] + [ir.Constant(I64, bounds[t]),
-                                                          ir.Constant(I64, bounds[t + 1])] + \
+            words = [b.ptrtoint(p, I64) if isinstance(p.type, ir.PointerType) else p
+                     for p in ptrs] + [bounds[t], bounds[t + 1]] + \
                 [ir.Constant(I64, t) for _ in extra]
             for k, w in enumerate(words):
                 b.store(w, b.gep(ctx, [ir.Constant(I64, k)]))
@@ -56,7 +64,7 @@ class ParallelBuilder:
                 if own_threads:
                     self._pthread_chunks(b, fn_k, ptrs, bounds, contexts, trampoline)
                 else:
-                    b.call(fn_k, ptrs + [ir.Constant(I64, 0), ir.Constant(I64, extent)])
+                    b.call(fn_k, ptrs + [ir.Constant(I64, 0), extent_value])
 
     def _pthread_chunks(self, b, fn_k, ptrs, bounds, contexts, trampoline) -> None:
         i8p = ir.PointerType(I8)
@@ -72,9 +80,9 @@ class ParallelBuilder:
                                  b.bitcast(contexts[t], i8p)])
             failed = b.icmp_signed("!=", rc, ir.Constant(I32, 0))
             with b.if_then(failed):
-                b.call(fn_k, ptrs + [ir.Constant(I64, bounds[t]), ir.Constant(I64, bounds[t + 1])])
+                b.call(fn_k, ptrs + [bounds[t], bounds[t + 1]])
             started.append((tid, failed))
-        b.call(fn_k, ptrs + [ir.Constant(I64, bounds[0]), ir.Constant(I64, bounds[1])])
+        b.call(fn_k, ptrs + [bounds[0], bounds[1]])
         for tid, failed in started:
             with b.if_then(b.not_(failed)):
                 b.call(join, [b.load(tid), ir.Constant(ir.PointerType(i8p), None)])
@@ -166,23 +174,23 @@ def split_var(kern, threads: int):
     if isinstance(kern, K.DotKernel) and blas_plan(kern) is not None:
         return _blas_split(kern, threads), False
     if isinstance(kern, K.LoopKernel):
-        outer, work = kern.loop_vars, _extent(kern.loop_vars)
+        outer, work = kern.loop_vars, _work(kern.loop_vars)
     elif isinstance(kern, K.RowKernel):
         outer = kern.kept_vars
-        work = _extent(kern.kept_vars) * max(_extent(kern.reduced_vars), 1) * \
+        work = _work(kern.kept_vars) * max(_work(kern.reduced_vars), 1) * \
             (len(kern.reductions) + 1)
     elif isinstance(kern, K.DotKernel):
-        work = _extent(kern.batch_vars + kern.m_vars) * _extent(kern.n_vars) * \
-            _extent(kern.k_vars)
+        work = _work(kern.batch_vars + kern.m_vars) * _work(kern.n_vars) * \
+            _work(kern.k_vars)
         outer = kern.batch_vars + kern.m_vars
     elif isinstance(kern, K.ConvKernel):
-        outer, work = kern.out_vars, _extent(kern.out_vars) * _extent(kern.red_vars)
+        outer, work = kern.out_vars, _work(kern.out_vars) * _work(kern.red_vars)
     else:
         return None, False
     if work < TEAM_MIN_WORK:
         return None, False
     for v in outer:
-        if isinstance(v, ix.IVar) and v.hi + 1 >= threads:
+        if isinstance(v, ix.IVar) and hint(ix.extent_of(v)) >= threads:
             return v, work >= THREAD_MIN_WORK
     return None, False
 
@@ -196,14 +204,20 @@ def _blas_split(kern, threads: int):
     Without libgomp the product stays one call and OpenBLAS runs its own threads."""
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
     ms, ns, ks = real(kern.m_vars), real(kern.n_vars), real(kern.k_vars)
-    M, N, Kd = _extent(ms), _extent(ns), _extent(ks)
-    if _extent(kern.batch_vars) * M * N * Kd < BLAS_CHUNK_MIN_FLOPS * threads:
+    # symbolic sizes: decided for a typical size, the chunks' bounds computed at the call
+    M, N, Kd = (hint(_extent(vs)) for vs in (ms, ns, ks))
+    if hint(_extent(kern.batch_vars)) * M * N * Kd < BLAS_CHUNK_MIN_FLOPS * threads:
         return None
     order = (ns + ms) if N * Kd >= M * Kd else (ms + ns)
     for v in order:
-        if v.hi + 1 >= 16 * threads:
+        if hint(ix.extent_of(v)) >= 16 * threads:
             return v
     return None
 
 
 _extent = K.extent
+
+
+def _work(vars_) -> int:
+    """Iterations of a loop nest; a symbolic program decides for a typical size."""
+    return hint(K.extent(vars_))

@@ -5,6 +5,8 @@ import math
 
 import llvmlite.ir as ir
 
+from graphc_runtime.dims import Dim
+
 from graphc_runtime.errors import CompileError
 
 from ...ir import dtypes
@@ -107,7 +109,7 @@ class ValueEmitter:
             take = b.append_basic_block(f"choose.{k}")
             if not last:
                 other = b.append_basic_block(f"choose.not{k}")
-                b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, e.starts[k + 1])), take, other)
+                b.cbranch(b.icmp_signed("<", i, self.dim(e.starts[k + 1])), take, other)
             else:
                 b.branch(take)
             b.position_at_end(take)
@@ -143,10 +145,10 @@ class ValueEmitter:
         b = self.b
         i = self.index(e.index)
         conds = []
-        if e.index.lo < e.lo:
-            conds.append(b.icmp_signed(">=", i, ir.Constant(I64, e.lo)))
-        if e.index.hi >= e.hi:
-            conds.append(b.icmp_signed("<", i, ir.Constant(I64, e.hi)))
+        if isinstance(e.lo, Dim) or e.index.lo < e.lo:
+            conds.append(b.icmp_signed(">=", i, self.dim(e.lo)))
+        if isinstance(e.hi, Dim) or e.index.hi >= e.hi:
+            conds.append(b.icmp_signed("<", i, self.dim(e.hi)))
         if e.step > 1:
             r = b.srem(i, ir.Constant(I64, e.step))
             conds.append(b.icmp_signed("==", r, ir.Constant(I64, 0)))

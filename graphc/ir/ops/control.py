@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime.dims import concrete_shape
+
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
 from .. import dtypes
@@ -92,10 +94,11 @@ def _scan_impl(args, attrs, node):
     length, reverse = attrs["length"], attrs["reverse"]
     carry, xs, caps = list(args[:nc]), args[nc:nc + nx], list(args[nc + nx:])
     types = scan_output_types(attrs)
-    ys = [np.empty(s, dtypes.to_numpy(d)) for s, d in types[nc:]]
+    env = getattr(node, "env", None) or {}
+    ys = [np.empty(concrete_shape(s, env), dtypes.to_numpy(d)) for s, d in types[nc:]]
     for i in range(length):
         t = length - 1 - i if reverse else i
-        out = run_region(body, carry + [x[t] for x in xs] + caps)
+        out = run_region(body, carry + [x[t] for x in xs] + caps, getattr(node, "env", None))
         carry = out[:nc]
         for y, v in zip(ys, out[nc:]):
             y[t] = v
@@ -134,8 +137,8 @@ def _while_impl(args, attrs, node):
     from ..interpreter import run_region
     ns, ncc = attrs["num_state"], attrs["num_cond_captures"]
     state, ccaps, bcaps = list(args[:ns]), list(args[ns:ns + ncc]), list(args[ns + ncc:])
-    while bool(run_region(attrs["cond"], state + ccaps)[0]):
-        state = run_region(attrs["body"], state + bcaps)
+    while bool(run_region(attrs["cond"], state + ccaps, getattr(node, "env", None))[0]):
+        state = run_region(attrs["body"], state + bcaps, getattr(node, "env", None))
     return tuple(state)
 
 
@@ -172,8 +175,10 @@ def _cond_impl(args, attrs, node):
     no, ntc = attrs["num_operands"], attrs["num_true_captures"]
     ops = list(args[1:1 + no])
     if bool(args[0]):
-        return tuple(run_region(attrs["true"], ops + list(args[1 + no:1 + no + ntc])))
-    return tuple(run_region(attrs["false"], ops + list(args[1 + no + ntc:])))
+        return tuple(run_region(attrs["true"], ops + list(args[1 + no:1 + no + ntc]),
+                                getattr(node, "env", None)))
+    return tuple(run_region(attrs["false"], ops + list(args[1 + no + ntc:]),
+                            getattr(node, "env", None)))
 
 
 # -- get -------------------------------------------------------------------------------

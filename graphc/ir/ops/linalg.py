@@ -11,6 +11,7 @@ import itertools
 
 import numpy as np
 
+from graphc_runtime import dims as sym
 from graphc_runtime.errors import DTypeError, ShapeError
 
 from .. import dtypes
@@ -61,7 +62,7 @@ def _dot_impl(args, attrs, node):
     lb, rb = attrs["lhs_batch"], attrs["rhs_batch"]
     lfree = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
     rfree = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
-    size = lambda x, ds: int(np.prod([x.shape[d] for d in ds], dtype=np.int64))
+    size = lambda x, ds: sym.prod([x.shape[d] for d in ds])
     b, m, k, n = size(lhs, lb), size(lhs, lfree), size(lhs, lc), size(rhs, rfree)
     l3 = np.transpose(lhs, list(lb) + lfree + list(lc)).reshape(b, m, k)
     r3 = np.transpose(rhs, list(rb) + list(rc) + rfree).reshape(b, k, n)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime import dims as sym
+from graphc_runtime.dims import Dim
 from graphc_runtime.errors import DTypeError, ShapeError
 
 from ..primitive import define, fmt_shape
@@ -14,7 +16,7 @@ from ..primitive import define, fmt_shape
 def _ints(values, what):
     values = tuple(values)
     for v in values:
-        if not isinstance(v, int) or isinstance(v, bool):
+        if not isinstance(v, (int, Dim)) or isinstance(v, bool):
             raise ShapeError(f"{what} must be integers, got {values!r}")
     return values
 
@@ -51,7 +53,7 @@ def _broadcast_impl(args, attrs, node):
 def _reshape_rule(inputs, attrs):
     (x,) = inputs
     new = _ints(attrs["new_sizes"], "new_sizes")
-    if any(d < 0 for d in new) or int(np.prod(new, dtype=np.int64)) != x.size:
+    if any(d < 0 for d in new) or sym.prod(new) != x.size:
         raise ShapeError(f"cannot reshape {x.type_str()} ({x.size} elements) to "
                          f"{fmt_shape(new)}")
     return new, x.dtype
@@ -101,7 +103,7 @@ def _pad_rule(inputs, attrs):
     for i, (lo, hi, it, n) in enumerate(zip(low, high, interior, x.shape)):
         if it < 0:
             raise ShapeError(f"interior padding {it} of dimension {i} is negative")
-        size = lo + hi + n + max(n - 1, 0) * it
+        size = lo + hi + n + (max(n - 1, 0) * it if it else 0)
         if size < 0:
             raise ShapeError(f"padding ({lo}, {hi}, {it}) makes dimension {i} of size {n} "
                              f"negative")

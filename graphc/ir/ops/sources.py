@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime.dims import Dim
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
 from .. import dtypes
@@ -18,7 +19,7 @@ def _constant_rule(inputs, attrs):
 
 def _declared_rule(inputs, attrs):
     shape = attrs["shape"]
-    if any(not isinstance(d, int) or isinstance(d, bool) or d < 0 for d in shape):
+    if any(not isinstance(d, (int, Dim)) or isinstance(d, bool) or d < 0 for d in shape):
         raise ShapeError(f"shape must be non-negative integers, got {shape!r}")
     if attrs["dtype"] not in dtypes.ALL_DTYPES:
         raise DTypeError(f"unknown dtype {attrs['dtype']!r}")
@@ -41,6 +42,16 @@ def _iota_impl(args, attrs, node):
     return np.broadcast_to(ramp, shape).astype(dtypes.to_numpy(node.dtype))
 
 
+def _dim_size_rule(inputs, attrs):
+    if not isinstance(attrs["size"], (int, Dim)):
+        raise ShapeError(f"size must be an int or a symbolic Dim, got {attrs['size']!r}")
+    if attrs["dtype"] not in dtypes.ALL_DTYPES or not (dtypes.is_float(attrs["dtype"]) or
+                                                       dtypes.is_int(attrs["dtype"])):
+        raise DTypeError(f"dim_size dtype must be an int or float dtype, got "
+                         f"{attrs['dtype']!r}")
+    return (), attrs["dtype"]
+
+
 def _fed(args, attrs, node):
     raise GraphcError(f"{node.op} %{node.id} is bound by the interpreter, not computed")
 
@@ -49,4 +60,7 @@ define("constant", "source", _constant_rule, lambda args, attrs, node: attrs["va
        arity=0, differentiable=False)
 define("parameter", "source", _declared_rule, _fed, arity=0)
 define("variable", "source", _declared_rule, _fed, arity=0)
+define("dim_size", "source", _dim_size_rule,      # a symbolic size's value at the call
+       lambda args, attrs, node: np.asarray(attrs["size"], dtypes.to_numpy(attrs["dtype"])),
+       arity=0, differentiable=False)
 define("iota", "source", _iota_rule, _iota_impl, arity=0, differentiable=False)
