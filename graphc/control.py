@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime.dims import Dim
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
 from . import functions as F
@@ -154,16 +155,18 @@ def scan(fn, init, xs=None, length: int | None = None, reverse: bool = False,
                              f"scanned along their leading axis", loc)
     lengths = {t.shape[0] for t in seqs}
     if length is not None:
-        if not isinstance(length, (int, np.integer)) or isinstance(length, bool) or length < 0:
-            raise GraphcError(f"scan: length must be a non-negative int, got {length!r}", loc)
-        lengths.add(int(length))
+        if not isinstance(length, (int, np.integer, Dim)) or isinstance(length, bool) or \
+                length < 0:
+            raise GraphcError(f"scan: length must be a non-negative int (or a symbolic "
+                              f"size), got {length!r}", loc)
+        lengths.add(length if isinstance(length, Dim) else int(length))
     if not lengths:
         raise GraphcError("scan: give xs or length (there is nothing to count steps by)", loc)
     if len(lengths) > 1:
         sizes = ", ".join(f"{path} has {t.shape[0]}" for t, (_, path) in zip(seqs, xs_leaves))
         extra = f", length={length}" if length is not None else ""
         raise ShapeError(f"scan: the sequences disagree on the length ({sizes}{extra})", loc)
-    T = lengths.pop()
+    T = lengths.pop()            # an int, or a symbolic size (a sequence's leading Dim)
 
     carry_types = [(t.shape, t.dtype) for t in carry]
     body = _Body("scan_body", carry_types + [(t.shape[1:], t.dtype) for t in seqs], loc)

@@ -13,6 +13,7 @@ that their results are ordinary IR (and can be differentiated again).
 """
 from __future__ import annotations
 
+from graphc_runtime.dims import hint
 from graphc_runtime.errors import GraphcError
 
 from . import functions as F
@@ -180,7 +181,7 @@ def _stackable(term: Tensor):
     if n.op != "dot_general" or n.attrs["lhs_batch"] or n.graph is not current_graph():
         return None
     u, v = n.inputs
-    if u.size + v.size > n.size:
+    if hint(u.size + v.size) > hint(n.size):        # a symbolic size: for a typical one
         return None
     return wrappers, dict(n.attrs), Tensor(u), Tensor(v)
 

@@ -255,22 +255,23 @@ class CpuProgram:
         def plan(shape):     # ints stay, ("s", k) is symbol k, other Dims are evaluated
             return tuple(("s", index[str(d)]) if isinstance(d, dims.Dim) and str(d) in index
                          else d for d in shape)
-        self._sym_inputs = [(len(shape), tuple((a, d) for a, d in enumerate(shape)
-                                               if isinstance(d, int)),
+        self._sym_inputs = [(NUMPY[dt], len(shape),
+                             tuple((a, d) for a, d in enumerate(shape) if isinstance(d, int)),
                              tuple((a, index[str(d)]) for a, d in enumerate(shape)
                                    if isinstance(d, dims.Dim)))
-                            for _, shape, _ in self.signature.inputs]
+                            for _, shape, dt in self.signature.inputs]
+        self._sym_unset = [0] * len(self.signature.symbols)
         self._sym_outputs = [(plan(shape), NUMPY[d]) for _, shape, d in self.signature.outputs]
         self._sym_last = None           # (sizes, output shapes) of the last call
 
     def _run_fast_symbolic(self, args: tuple) -> list:
         """The fast path of a program with symbolic dims: sizes read off the arrays
         inline (anything unusual goes the checked way), one native call."""
-        found = [0] * len(self.signature.symbols)
-        for value, (name, _, npd, _, _), (ndim, fixed, symbolic) in zip(
-                args, self._inputs, self._sym_inputs):
-            if type(value) is not np.ndarray or value.dtype != npd or value.ndim != ndim \
-                    or not value.flags.c_contiguous:
+        found = self._sym_unset[:]
+        for value, (npd, ndim, fixed, symbolic) in zip(args, self._sym_inputs):
+            if type(value) is not np.ndarray or value.ndim != ndim or \
+                    (value.dtype is not npd and value.dtype != npd) or \
+                    not value.flags.c_contiguous:
                 return self._run(list(args))
             shape = value.shape
             for a, d in fixed:
@@ -282,19 +283,19 @@ class CpuProgram:
                 elif found[k] != shape[a]:
                     return self._run(list(args))
         key = tuple(found)
-        if 0 in key:                     # an empty size: the checked path decides
+        if 0 in key:                      # an empty size: the checked path decides
             return self._run(list(args))
         with self.lock:
             last = self._sym_last
             if last is None or last[0] != key:
                 env = dict(zip(self.signature.symbols, key))
-                shapes = [tuple(d if type(d) is int else key[d[1]] if type(d) is tuple
-                                else d.evaluate(env) for d in plan)
-                          for plan, _ in self._sym_outputs]
+                outputs = [(tuple(d if type(d) is int else key[d[1]] if type(d) is tuple
+                                  else d.evaluate(env) for d in plan), npd)
+                           for plan, npd in self._sym_outputs]
                 self._bind_sizes(env)
                 self.last_sizes = env
-                self._sym_last = last = (key, shapes)
-            outs = [np.empty(shape, npd) for shape, (_, npd) in zip(last[1], self._sym_outputs)]
+                self._sym_last = last = (key, outputs)
+            outs = [np.empty(shape, npd) for shape, npd in last[1]]
             arrays = list(args)
             clash = self._entry(self._fixed_address, *arrays, *outs)
             while clash:

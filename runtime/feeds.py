@@ -55,6 +55,9 @@ def bind_symbols(label: str, shape: tuple, got, env: dict) -> tuple:
             out.append(d)
             continue
         (name,) = d.symbols()
+        if n < 1:
+            raise FeedError(f"input {label!r}: dimension {axis} is the symbol {name!r}, which "
+                            f"stands for a size of at least 1; got {n}")
         if name in env and env[name][0] != n:
             size, first = env[name]
             raise FeedError(f"input {label!r}: dimension {axis} is the symbol {name!r}, which "

@@ -130,6 +130,8 @@ def test_mismatched_sizes_are_feed_errors_naming_the_symbol_inputs_and_sizes():
             run(x=a[:, :5], y=b)                           # a fixed dim wrong
         with pytest.raises(gc.FeedError, match="'x'"):
             run(x=a[0], y=b)                               # the rank wrong
+        with pytest.raises(gc.FeedError, match="'x'.*'batch'.*at least 1; got 0"):
+            run(x=a[:0], y=b[:0])                          # symbols stand for sizes >= 1
 
 
 # -- compiled programs at many sizes -------------------------------------------------------
@@ -362,3 +364,44 @@ def test_onnx_symbolic_batch_imports_once_and_matches_onnxruntime(name):
             np.testing.assert_allclose(g_, r_, rtol=1e-3, atol=1e-4)
     with pytest.raises(gc.onnx.NeedsInputShapes, match="batch_size"):
         gc.onnx.import_model(model, symbolic=False)
+
+
+# -- loops and conds over symbolic sizes ---------------------------------------------------
+
+@pytest.mark.parametrize("reverse,checkpoint", [(False, False), (True, True)])
+def test_scan_over_symbolic_length_and_batch_with_gradients(reverse, checkpoint):
+    rng = np.random.default_rng(0)
+    H = 6
+    with gc.Graph("rnn"):
+        xs = gc.placeholder(("T", "batch", H), name="xs")
+        w = gc.variable((rng.standard_normal((H, H)) * 0.4).astype(np.float32), name="w")
+        h0 = gc.zeros((xs.shape[1], H))
+        hT, ys = gc.scan(lambda h, x: (gc.tanh(h @ w + x),) * 2, h0, xs, reverse=reverse,
+                         checkpoint=checkpoint)
+        loss = (ys ** 2).mean() + hT.sum()
+        gw, gx = gc.grad(loss, [w, xs])
+        k, s = gc.while_loop(lambda st: st[0] < 3, lambda st: (st[0] + 1, st[1] * 0.5), (0, hT))
+        c = gc.cond(loss > 0, lambda a: a * 2.0, lambda a: -a, hT)
+        outs = [hT, ys, loss, gw, gx, s, c]
+        exe = gc.compile(outs)
+    for t, b in ((1, 1), (4, 3), (7, 2), (2, 5)):          # odd and even trip counts
+        a = rng.standard_normal((t, b, H)).astype(np.float32)
+        for got, ref in zip(exe(xs=a), gc.evaluate(outs, {"xs": a})):
+            np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_lstm_with_a_symbolic_batch_matches_the_reference():
+    rng = np.random.default_rng(1)
+    H = 8
+    with gc.Graph("lstm"):
+        xs = gc.placeholder((5, "batch", H), name="xs")
+        params = [gc.variable((rng.standard_normal(s) * 0.3).astype(np.float32), name=n)
+                  for n, s in (("w_ih", (H, 4 * H)), ("w_hh", (H, 4 * H)), ("b", (4 * H,)))]
+        ys, _ = gc.nn.lstm(xs, *params)
+        loss = (ys ** 2).mean()
+        outs = [loss] + list(gc.grad(loss, params))
+        exe = gc.compile(outs)
+    for b in (1, 6):
+        a = rng.standard_normal((5, b, H)).astype(np.float32)
+        for got, ref in zip(exe(xs=a), gc.evaluate(outs, {"xs": a})):
+            np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)

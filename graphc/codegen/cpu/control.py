@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
+from graphc_runtime.dims import Dim
 from graphc_runtime.errors import CompileError
 
 from ...kernels import kernel as K
+from .symbols import emit_dim
 from .types import I1, I8, I64, VOID
 
 
@@ -41,7 +43,8 @@ class ControlBuilder:
                                        f"body are not supported")
                 functions[role] = self._segment(
                     f"{kern.name}_{role}", segments[0], lambda buf, low=low: low.slots[buf.id],
-                    lambda buf, low=low: low.memory.offsets[buf.id])
+                    lambda buf, low=low: low.memory.offsets[buf.id],
+                    dims_slot=1 + len(low.slots))
         finally:
             self.profiling = saved
         entry = ControlEntry(kern, functions)
@@ -73,13 +76,19 @@ class ControlBuilder:
         b.ret_void()
         return fn
 
-    def _copy(self, b, dst, src, size: int) -> None:
+    def _copy(self, b, dst, src, size) -> None:
         if size:
-            b.call(self._copy_bytes(), [dst, src, ir.Constant(I64, size)])
+            b.call(self._copy_bytes(), [dst, src, emit_dim(b, size, self._sizes[1])])
 
     def _table(self, b, low):
+        """A region's table; in a symbolic program its last slot holds the symbols'
+        values (the enclosing program's)."""
         i8p = ir.PointerType(I8)
-        return b.alloca(i8p, size=ir.Constant(I64, 1 + len(low.slots)))
+        table = b.alloca(i8p, size=ir.Constant(I64, 1 + len(low.slots) +
+                                              (1 if self.symbols else 0)))
+        if self.symbols:
+            self._set(b, table, 1 + len(low.slots), self._sizes[0])
+        return table
 
     @staticmethod
     def _set(b, table, slot: int, ptr) -> None:
@@ -101,11 +110,12 @@ class ControlBuilder:
         return 1 + len(low.inputs) + k
 
     # -- emission ------------------------------------------------------------------------
-    def emit_control(self, b, entry: ControlEntry, pointer) -> None:
+    def emit_control(self, b, entry: ControlEntry, pointer, sizes=(None, {})) -> None:
         """Emit the control kernel at `b`'s position; `pointer(buf)` gives an outer
-        buffer's typed pointer."""
+        buffer's typed pointer, `sizes` the symbols' values (their i64* and by name)."""
         i8p = ir.PointerType(I8)
         kern = entry.kernel
+        self._sizes = sizes
         # every outer address up front: the branches below must not define them
         ready = {}
         for buf in kern.operands + kern.results + kern.scratch() + \
@@ -169,31 +179,37 @@ class ControlBuilder:
         table = self._table(b, low)
         self._fill_static(b, entry, "body", table, raw,
                           [(nc + nx + k, buf) for k, buf in enumerate(caps)])
-        cells = self._carries(b, kern, raw, nc, T % 2 == 0)
-        xs = [(raw(kern.operands[nc + k]), kern.operands[nc + k].nbytes // max(T, 1))
+        symbolic_T = isinstance(T, Dim)      # the trip count's parity known at the call
+        cells = self._carries(b, kern, raw, nc, symbolic_T or T % 2 == 0)
+        step_bytes = lambda buf: emit_dim(b, buf.nbytes // max(T, 1), self._sizes[1])
+        xs = [(raw(kern.operands[nc + k]), step_bytes(kern.operands[nc + k]))
               for k in range(nx)]
-        ys = [(raw(kern.results[nc + k]), kern.results[nc + k].nbytes // max(T, 1))
+        ys = [(raw(kern.results[nc + k]), step_bytes(kern.results[nc + k]))
               for k in range(len(kern.results) - nc)]
         counter = b.alloca(I64)
         b.store(ir.Constant(I64, 0), counter)
         head, body, done = self._loop_head(b, kern.name)
         i = b.load(counter)
-        b.cbranch(b.icmp_signed("<", i, ir.Constant(I64, T)), body, done)
+        b.cbranch(b.icmp_signed("<", i, emit_dim(b, T, self._sizes[1])), body, done)
         b.position_at_end(body)
-        t = b.sub(ir.Constant(I64, T - 1), i) if reverse else i
+        t = b.sub(emit_dim(b, T - 1, self._sizes[1]), i) if reverse else i
         for j, (cur, nxt) in enumerate(cells):
             self._set(b, table, 1 + j, b.load(cur))
             self._set(b, table, self._out_slot(low, j), b.load(nxt))
         for k, (base, step) in enumerate(xs):
-            self._set(b, table, 1 + nc + k, b.gep(base, [b.mul(t, ir.Constant(I64, step))]))
+            self._set(b, table, 1 + nc + k, b.gep(base, [b.mul(t, step)]))
         for k, (base, step) in enumerate(ys):
-            self._set(b, table, self._out_slot(low, nc + k),
-                      b.gep(base, [b.mul(t, ir.Constant(I64, step))]))
+            self._set(b, table, self._out_slot(low, nc + k), b.gep(base, [b.mul(t, step)]))
         b.call(fn, [table])
         self._swap(b, cells)
         b.store(b.add(i, ir.Constant(I64, 1)), counter)
         b.branch(head)
         b.position_at_end(done)
+        if symbolic_T:               # an odd number of steps: the final carries are spare
+            odd = b.trunc(b.load(counter), I1)
+            with b.if_then(odd):
+                for j, (cur, _) in enumerate(cells):
+                    self._copy(b, raw(kern.results[j]), b.load(cur), kern.results[j].nbytes)
 
     def _emit_while(self, b, entry, raw) -> None:
         kern = entry.kernel

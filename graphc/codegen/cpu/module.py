@@ -7,6 +7,7 @@ import os
 import llvmlite.ir as ir
 
 from graphc_runtime.cpu import ENTRY_ABI
+from graphc_runtime.dims import Dim
 from graphc_runtime.errors import CompileError
 
 from ...kernels import index as ix
@@ -14,7 +15,7 @@ from ...kernels import kernel as K
 from .. import llvm_features
 from .control import ControlBuilder, ControlEntry
 from .loops import Emitter
-from .parallel import ParallelBuilder, split_var
+from .parallel import ParallelBuilder, split_var, split_work
 from .profiling import Profiling
 from .symbols import emit_dim, program_symbols
 from .types import COMPUTE, F32, I8, I32, I64, LIBM, STORAGE, VOID, _mangle
@@ -37,6 +38,7 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         self.profiling = None         # a Profiling in the profiling build
         self.profile_index: dict = {}  # id(schedule entry) -> its kernel number there
         self.symbols: list = []       # symbol names: every kernel takes their values
+        self.kernel_of: dict = {}     # id(schedule entry) -> its kernel IR
         self.dims_slot = None         # the table slot of the symbols' values (i64[])
 
     # -- helpers --------------------------------------------------------------------------
@@ -115,6 +117,7 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         trampoline = self._trampoline(fn, bufs, index) if split is not None else None
         entry = (fn, bufs, (split, own_threads), trampoline)
         self.kernels.append(entry)
+        self.kernel_of[id(entry)] = kernel
         if self.profiling is not None:
             self.profile_index[id(entry)] = index
 
@@ -152,17 +155,18 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
             b.call(f, [fn.args[0]])
         b.ret_void()
 
-    def _segment(self, name, schedule, slot_of, arena_offset_of):
+    def _segment(self, name, schedule, slot_of, arena_offset_of, dims_slot=None):
         i8p = ir.PointerType(I8)
         fn = ir.Function(self.module, ir.FunctionType(VOID, [ir.PointerType(i8p)]), name)
         b = ir.IRBuilder(fn.append_basic_block("entry"))
         table = fn.args[0]
         arena = b.load(b.gep(table, [ir.Constant(I64, 0)]))
         cache = {}
-        values = {}
+        values, dims_raw = {}, None
         if self.symbols:
-            dims = b.bitcast(b.load(b.gep(table, [ir.Constant(I64, self.dims_slot)])),
-                             ir.PointerType(I64))
+            slot = self.dims_slot if dims_slot is None else dims_slot
+            dims_raw = b.load(b.gep(table, [ir.Constant(I64, slot)]))
+            dims = b.bitcast(dims_raw, ir.PointerType(I64))
             values = {s: b.load(b.gep(dims, [ir.Constant(I64, k)]), name=s)
                       for k, s in enumerate(self.symbols)}
         sym_args = [values[s] for s in self.symbols]
@@ -177,15 +181,13 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
             cache[buf.id] = b.bitcast(raw, ir.PointerType(STORAGE[buf.dtype]))
             return cache[buf.id]
 
+        kernel_of = self.kernel_of
         for entry in schedule:
             index = self.profile_index.get(id(entry)) if self.profiling is not None else None
             if isinstance(entry, ControlEntry):
-                if self.symbols:
-                    raise CompileError("loops and conds in programs with symbolic "
-                                       "dimensions are not supported yet")
                 if index is not None:
                     self.profiling.kernel_start(b, index)
-                self.emit_control(b, entry, pointer)
+                self.emit_control(b, entry, pointer, (dims_raw, values))
                 if index is not None:
                     self.profiling.kernel_end(b, index)
                 continue
@@ -197,7 +199,18 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
                 b.call(fn_k, ptrs)
             else:
                 extent = emit_dim(b, ix.extent_of(split), values)
-                self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads, extent)
+                work, least = split_work(kernel_of[id(entry)], self.threads)
+                if isinstance(work, Dim):       # too little work at this call: one thread
+                    small = b.icmp_signed("<", emit_dim(b, work, values),
+                                          ir.Constant(I64, least))
+                    with b.if_else(small) as (one, many):
+                        with one:
+                            b.call(fn_k, ptrs + [ir.Constant(I64, 0), extent])
+                        with many:
+                            self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads,
+                                                extent)
+                else:
+                    self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads, extent)
             if index is not None:
                 self.profiling.kernel_end(b, index)
         b.ret_void()

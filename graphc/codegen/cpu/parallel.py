@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from graphc_runtime.dims import hint
+from graphc_runtime.dims import Dim, hint
 from graphc_runtime.openmp import SYMBOLS as OPENMP_POINTERS
 
 
@@ -166,27 +166,47 @@ BLAS_CHUNK_MIN_FLOPS = 1 << 21   # a BLAS product's chunks each keep this much w
 # OpenBLAS's standard kernels: every element is summed in the same order for any split)
 
 
+def split_work(kern, threads: int):
+    """(the work a split kernel must have for threads to pay, the least such work): an
+    int or, in a symbolic program, a Dim that the code compares at the call (a split
+    kernel then runs as one call when it is smaller)."""
+    if isinstance(kern, K.DotKernel) and blas_plan(kern) is not None:
+        return _extent(kern.batch_vars + kern.m_vars + kern.n_vars + kern.k_vars), \
+            BLAS_CHUNK_MIN_FLOPS * threads
+    if isinstance(kern, K.LoopKernel):
+        work = _extent(kern.loop_vars)
+    elif isinstance(kern, K.RowKernel):
+        red = _extent(kern.reduced_vars)
+        work = _extent(kern.kept_vars) * (red if isinstance(red, Dim) else max(red, 1)) * \
+            (len(kern.reductions) + 1)
+    elif isinstance(kern, K.DotKernel):
+        work = _extent(kern.batch_vars + kern.m_vars + kern.n_vars + kern.k_vars)
+    elif isinstance(kern, K.ConvKernel):
+        work = _extent(kern.out_vars) * _extent(kern.red_vars)
+    else:
+        work = 0
+    return work, TEAM_MIN_WORK
+
+
 def split_var(kern, threads: int):
     """(the outer loop variable whose range threads share, whether threads started per
-    call are worth it too), or (None, False): run on one thread."""
+    call are worth it too), or (None, False): run on one thread. A symbolic program
+    decides for a typical size (and checks the work at the call, see split_work)."""
     if threads < 2:
         return None, False
     if isinstance(kern, K.DotKernel) and blas_plan(kern) is not None:
         return _blas_split(kern, threads), False
     if isinstance(kern, K.LoopKernel):
-        outer, work = kern.loop_vars, _work(kern.loop_vars)
-    elif isinstance(kern, K.RowKernel):
+        outer = kern.loop_vars
+    elif isinstance(kern, (K.RowKernel, )):
         outer = kern.kept_vars
-        work = _work(kern.kept_vars) * max(_work(kern.reduced_vars), 1) * \
-            (len(kern.reductions) + 1)
     elif isinstance(kern, K.DotKernel):
-        work = _work(kern.batch_vars + kern.m_vars) * _work(kern.n_vars) * \
-            _work(kern.k_vars)
         outer = kern.batch_vars + kern.m_vars
     elif isinstance(kern, K.ConvKernel):
-        outer, work = kern.out_vars, _work(kern.out_vars) * _work(kern.red_vars)
+        outer = kern.out_vars
     else:
         return None, False
+    work = hint(split_work(kern, threads)[0])
     if work < TEAM_MIN_WORK:
         return None, False
     for v in outer:
@@ -216,8 +236,3 @@ def _blas_split(kern, threads: int):
 
 
 _extent = K.extent
-
-
-def _work(vars_) -> int:
-    """Iterations of a loop nest; a symbolic program decides for a typical size."""
-    return hint(K.extent(vars_))

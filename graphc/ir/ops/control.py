@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphc_runtime.dims import concrete_shape
+from graphc_runtime.dims import Dim, concrete_shape
 
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
@@ -67,8 +67,9 @@ def scan_output_types(attrs) -> list:
 def _scan_rule(inputs, attrs):
     body = _check_region(attrs["body"], "scan body")
     nc, nx, length = attrs["num_carry"], attrs["num_xs"], attrs["length"]
-    if not isinstance(length, int) or length < 0:
-        raise ShapeError(f"scan length must be a non-negative int, got {length!r}")
+    if isinstance(length, bool) or not isinstance(length, (int, Dim)) or length < 0:
+        raise ShapeError(f"scan length must be a non-negative int or a symbolic size, got "
+                         f"{length!r}")
     types = _operand_types(inputs)
     params = body.param_types()
     if len(types) != len(params):
