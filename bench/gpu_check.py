@@ -1,5 +1,6 @@
 """ONE script for a machine with an NVIDIA GPU: correctness of every primitive and the
-MLP/CNN training steps on CUDA against numpy, then W1-W5 timings against torch on the
+MLP/CNN training steps on CUDA against numpy (and the MLP compiled once with a symbolic
+batch, run at several sizes), then W1-W5 timings against torch on the
 same GPU and the fraction of measured HBM bandwidth. Installs nothing from the network:
 pycuda is used if present, else built from a carried sdist (pycuda-*.tar.gz in bench/ or
 .whl/). Prints a short table last; meant to finish in well under 4 minutes.
@@ -65,7 +66,8 @@ def main() -> int:
     g, outs = every_primitive_graph()
     outs = [o for o in outs if o.node.op not in ("all_reduce", "all_gather", "reduce_scatter")]
     feeds = {"x": np.random.default_rng(0).uniform(0.5, 2, (2, 3)).astype(np.float32),
-             "i": np.array([2, 0, 1, 1], np.int32), "b": np.array([[1, 0, 1], [0, 0, 1]], bool)}
+             "i": np.array([2, 0, 1, 1], np.int32), "b": np.array([[1, 0, 1], [0, 0, 1]], bool),
+             "s": np.arange(15, dtype=np.float32).reshape(5, 3)}      # a symbolic "batch"
     try:
         with g:
             got = gc.compile(outs, device="cuda")(**feeds)
@@ -98,6 +100,24 @@ def main() -> int:
             rows.append((f"{name} step", step, None, ""))
         except Exception:
             failures.append(f"{name}: " + traceback.format_exc(limit=3))
+
+    # 2b. one compile with a symbolic batch: steps at three sizes == the CPU's
+    try:
+        g1, l1, u1 = mlp_graph(batch="batch")
+        g2, l2, u2 = mlp_graph(batch="batch")
+        with g1:
+            gpu = gc.compile({"loss": l1}, updates=u1, device="cuda")
+        with g2:
+            cpu = gc.compile({"loss": l2}, updates=u2)
+        for n in (1, 37, 256, 37, 256):
+            x = rng.standard_normal((n, 784)).astype(np.float32)
+            y = rng.integers(0, 10, n).astype(np.int32)
+            a, b = gpu(x, y)["loss"], cpu(x, y)["loss"]
+            if not np.allclose(a, b, rtol=1e-4):
+                failures.append(f"symbolic MLP at batch {n}: loss {a} vs {b}")
+        rows.append(("MLP step, symbolic batch at 256", timed(lambda: gpu(x, y)), None, ""))
+    except Exception:
+        failures.append("symbolic MLP: " + traceback.format_exc(limit=3))
 
     # 3. bandwidth and W1-W4 against torch on the same GPU
     n = 4096

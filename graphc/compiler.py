@@ -229,10 +229,6 @@ def _compile_cuda(graph, optimized, plan, lowered, input_nodes, outputs, rebuild
     """PTX for the GPU (no GPU needed to compile; running needs one)."""
     from graphc_runtime.cuda import CudaProgram
     from .codegen.cuda import PtxProgram
-    if any(_symbols_of(n) for n in optimized.live_nodes()):
-        raise CompileError("the CUDA backend does not compile programs with symbolic "
-                           "dimensions yet; compile for the CPU, or give every dimension "
-                           "a size", user_location())
     t0 = time.perf_counter()
     ptx = PtxProgram(graph.name, lowered, options.get("arch", "sm_80"))
     seconds["ptx"] = time.perf_counter() - t0

@@ -11,11 +11,12 @@ import threading
 
 import numpy as np
 
+from . import dims
 from .cuda_context import _driver, context
 from .device_array import DeviceArray
 from .dtypes import NUMPY, type_str
 from .errors import DeviceError, FeedError
-from .feeds import bind_inputs, check_array
+from .feeds import bind_inputs, bind_symbols, check_array, sizes
 
 
 VECTOR_ALIGN = 16     # kernels use 16-byte loads and stores (pycuda allocates 256-aligned)
@@ -26,7 +27,9 @@ class CudaProgram:
                  variables: dict, constants: list):
         self.ptx, self.arch, self.launches = ptx, arch, launches
         self.signature = signature
-        self.arena_bytes = int(arena_bytes)
+        # a symbolic program sizes its arena at the call (kept for the largest size seen)
+        self.arena_size = arena_bytes if isinstance(arena_bytes, dims.Dim) else None
+        self.arena_bytes = 0 if self.arena_size is not None else int(arena_bytes)
         self._host_variables = {n: np.array(variables[n], dtype=NUMPY[d], copy=True)
                                 for n, _, d in signature.variables}
         self.constants = [np.ascontiguousarray(c) for c in constants]
@@ -53,7 +56,8 @@ class CudaProgram:
         finally:
             ctx.pop()
         self._state = {"drv": drv, "gpuarray": gpuarray, "ctx": ctx, "functions": functions,
-                       "arena": arena, "variables": variables, "constants": constants}
+                       "arena": arena, "variables": variables, "constants": constants,
+                       "sizes": {}, "size_args": []}
         return self._state
 
     @property
@@ -68,6 +72,18 @@ class CudaProgram:
         finally:
             st["ctx"].pop()
 
+    def _bind_sizes(self, st, env: dict) -> None:
+        """The symbols' values for this call's launches (kernel arguments, grid sizes,
+        offsets), and an arena grown to this call's size."""
+        st["sizes"] = env
+        st["size_args"] = [np.int64(env[n]) for n in self.signature.symbols]
+        if self.arena_size is not None:
+            need = self.arena_size.evaluate(env)
+            if need > self.arena_bytes:
+                st["arena"].free()
+                st["arena"] = st["drv"].mem_alloc(max(need, 256))
+                self.arena_bytes = need
+
     def run(self, args: tuple, kwargs: dict, timings: list | None = None) -> list:
         """One step; with `timings` (a list), appends (kernel name, milliseconds) per
         launch, measured with CUDA events around each launch."""
@@ -77,8 +93,12 @@ class CudaProgram:
         with self.lock:
             st["ctx"].push()
             try:
-                device_in = []
+                device_in, env = [], {}
                 for value, (name, shape, npd, dname, tstr) in zip(values, self._inputs):
+                    if dims.is_symbolic(shape):       # bind the symbols from this input
+                        got = getattr(value, "shape", None)
+                        shape = bind_symbols(name, shape, tuple(got) if got is not None
+                                             else None, env)
                     data = getattr(value, "_data", None)
                     if data is not None and getattr(value, "device", "").startswith("cuda"):
                         if tuple(value.shape) != shape or np.dtype(value.dtype) != npd:
@@ -93,10 +113,13 @@ class CudaProgram:
                         arr = np.ascontiguousarray(check_array(name, value, shape, npd, dname,
                                                                tstr))
                         device_in.append(gpuarray.to_gpu(arr))
-                outs = [gpuarray.empty(shape, npd) for shape, npd in self._outputs]
+                sizes_ = sizes(env)
+                self._bind_sizes(st, sizes_)
+                outs = [gpuarray.empty(dims.concrete_shape(shape, sizes_), npd)
+                        for shape, npd in self._outputs]
                 slots = [None] + [int(a.gpudata) for a in device_in + outs +
                                   list(st["variables"].values()) + st["constants"]]
-                _execute(st, self.launches, (int(st["arena"]), slots), timings)
+                _execute(st, self.launches, (int(st["arena"]), slots, st), timings)
                 if device_in and all(getattr(v, "device", "").startswith("cuda")
                                      for v in values):
                     # device arrays in, device arrays out: nothing crosses the bus
@@ -123,9 +146,15 @@ def _kernel_names(table) -> list:
     return names
 
 
+def _size(st, x) -> int:
+    """An int of the launch table, or a symbolic size (a Dim, or its JSON form in a loaded
+    artifact) at this call's sizes."""
+    return dims.evaluate(dims.value_from_json(x), st["sizes"])
+
+
 def _address(where: dict, frame) -> int:
-    arena, slots = frame
-    return arena + where["offset"] if "offset" in where else slots[where["slot"]]
+    arena, slots, st = frame
+    return arena + _size(st, where["offset"]) if "offset" in where else slots[where["slot"]]
 
 
 def _execute(st, table, frame, timings) -> None:
@@ -133,14 +162,18 @@ def _execute(st, table, frame, timings) -> None:
         if "control" in entry:
             _CONTROL[entry["control"]](st, entry, frame, timings)
             continue
-        if entry["threads"] == 0:
+        threads = _size(st, entry["threads"])
+        if threads == 0:
             continue
-        ptrs = [np.uintp(_address(w, frame)) for w in entry["buffers"]]
+        grid = entry["grid"]
+        if grid is None:                   # a symbolic thread count: sized now
+            grid = max(1, min(-(-threads // entry["block"]), entry["max_grid"]))
+        ptrs = [np.uintp(_address(w, frame)) for w in entry["buffers"]] + st["size_args"]
         fn = st["functions"][entry["kernel"]]
         if timings is not None:
             start, end = st["drv"].Event(), st["drv"].Event()
             start.record()
-        fn(*ptrs, block=(entry["block"], 1, 1), grid=(entry["grid"], 1))
+        fn(*ptrs, block=(entry["block"], 1, 1), grid=(grid, 1))
         if timings is not None:
             end.record()
             end.synchronize()
@@ -155,7 +188,7 @@ def _body_frame(entry, role, frame, inputs, outputs):
     for slot, where in body["constants"]:
         slots[slot] = _address(where, frame)
     arena = _address(body["arena"], frame) if body["arena"] is not None else 0
-    return body["launches"], (arena, slots)
+    return body["launches"], (arena, slots, frame[2])
 
 
 def _copy(st, dst: int, src: int, nbytes: int) -> None:
@@ -175,18 +208,21 @@ def _carries(st, entry, frame, count: int, final_in_result: bool):
         res = _address(entry["results"][j], frame)
         spare = _address(entry["spare"][j], frame)
         start, other = (res, spare) if final_in_result else (spare, res)
-        _copy(st, start, _address(entry["operands"][j], frame), entry["results"][j]["bytes"])
+        _copy(st, start, _address(entry["operands"][j], frame),
+              _size(st, entry["results"][j]["bytes"]))
         cells.append([start, other])
     return cells
 
 
 def _run_scan(st, entry, frame, timings) -> None:
     a = entry["attrs"]
-    nc, nx, T, reverse = a["num_carry"], a["num_xs"], a["length"], a["reverse"]
+    nc, nx, reverse = a["num_carry"], a["num_xs"], a["reverse"]
+    T = _size(st, a["length"])
     ops = entry["operands"]
     caps = [_address(w, frame) for w in ops[nc + nx:]]
-    xs = [(_address(w, frame), w["bytes"] // max(T, 1)) for w in ops[nc:nc + nx]]
-    ys = [(_address(w, frame), w["bytes"] // max(T, 1)) for w in entry["results"][nc:]]
+    xs = [(_address(w, frame), _size(st, w["bytes"]) // max(T, 1)) for w in ops[nc:nc + nx]]
+    ys = [(_address(w, frame), _size(st, w["bytes"]) // max(T, 1))
+          for w in entry["results"][nc:]]
     cells = _carries(st, entry, frame, nc, T % 2 == 0)
     for i in range(T):
         t = T - 1 - i if reverse else i
@@ -221,7 +257,7 @@ def _run_while(st, entry, frame, timings) -> None:
     if odd:                                  # the final state is in the spare buffers
         for j, c in enumerate(cells):
             _copy(st, _address(entry["results"][j], frame), c[0],
-                  entry["results"][j]["bytes"])
+                  _size(st, entry["results"][j]["bytes"]))
 
 
 def _run_cond(st, entry, frame, timings) -> None:

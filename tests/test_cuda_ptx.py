@@ -210,3 +210,62 @@ def test_loops_assemble_and_their_launch_table_nests_the_regions(tmp_path, arch)
     assert set(kernels(table)) == entries
     scan = next(e for e in controls if e["control"] == "scan")
     assert scan["attrs"]["length"] == 6 and scan["bodies"]["body"]["launches"]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
+def test_symbolic_programs_assemble_and_size_their_launches_at_the_call(tmp_path, arch):
+    """Kernels of a program with symbolic dims take the sizes as trailing i64 arguments;
+    the launch table keeps thread counts and arena offsets symbolic, and the host sizes
+    the grid at the launch (checked here with recording stand-ins for the kernels: the
+    kernels themselves need a GPU)."""
+    from graphc_runtime.cuda import _execute
+    from graphc_runtime.dims import Dim
+    rng = np.random.default_rng(0)
+    with gc.Graph("sym"):
+        xs = gc.placeholder(("T", "batch", 24), name="xs")
+        w = gc.variable((rng.standard_normal((24, 40)) * 0.2).astype(np.float32), name="w")
+        h = gc.tanh(xs[0] @ w)                                 # a tiled product, M = batch
+        loss = gc.nn.softmax_cross_entropy(h, gc.zeros((xs.shape[1],), "int32")).mean()
+        _, ys = gc.scan(lambda c, x: (c + x.sum(axis=0), c), gc.zeros((24,)), xs)
+        (gw,) = gc.grad(loss + ys.sum(), [w])
+        exe = gc.compile({"loss": loss, "ys": ys}, updates={w: w - 0.1 * gw}, device="cuda",
+                         arch=arch)
+    ptx = exe.dump("ptx")
+    ptxas(ptx, arch, tmp_path)
+    table = exe._native.launches
+    assert any(isinstance(e.get("threads"), Dim) and e["grid"] is None for e in table)
+    scan = next(e for e in table if e.get("control") == "scan")
+    assert scan["attrs"]["length"] == Dim.symbol("T")
+    calls = []
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+        def __call__(self, *args, block, grid):
+            calls.append((self.name, args, grid))
+
+    class Driver:
+        def memcpy_dtod(self, dst, src, n):
+            calls.append(("copy", n))
+
+    names = set(re.findall(r"\.visible \.entry (\w+)\(", ptx))
+    sizes = {"T": 3, "batch": 37}
+    st = {"functions": {n: Kernel(n) for n in names}, "drv": Driver(), "sizes": sizes,
+          "size_args": [np.int64(sizes[s]) for s in exe._native.signature.symbols]}
+    slots = [None] + [4096 * (k + 1) for k in range(64)]
+    _execute(st, table, (1 << 30, slots, st), None)
+    launched = {name for name, *_ in calls if name != "copy"}
+    assert launched and launched <= names
+    by_name = {e["kernel"]: e for e in table if "kernel" in e}
+    for name, args, grid in (c for c in calls if c[0] in by_name):
+        e = by_name[name]
+        threads = e["threads"].evaluate(sizes) if isinstance(e["threads"], Dim) \
+            else e["threads"]
+        assert grid == (max(1, min(-(-threads // e["block"]), e["max_grid"])), 1)
+        assert [int(a) for a in args[-2:]] == [3, 37]       # T, batch: sorted symbols
+    # the scan's body ran once per step: its kernels were launched T times
+    body = scan["bodies"]["body"]["launches"]
+    first = body[0]["kernel"]
+    assert sum(1 for c in calls if c[0] == first) == 3

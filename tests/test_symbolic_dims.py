@@ -235,12 +235,17 @@ def test_a_size_no_input_binds_is_a_compile_error():
             gc.compile(gc.dim_size(x.shape[0], "float32") * 2.0)
 
 
-def test_cuda_refuses_symbolic_programs_clearly():
-    with gc.Graph("g"):
-        x = gc.placeholder(("batch", 4), name="x")
-        with pytest.raises(gc.CompileError, match="CUDA backend does not compile programs "
-                                                  "with symbolic dimensions"):
-            gc.compile(x * 2, device="cuda")
+def test_cuda_compiles_symbolic_programs_and_their_artifacts_keep_the_sizes(tmp_path):
+    g, x, y, loss, params, grads, updates = mlp("batch")
+    with g:
+        exe = gc.compile({"loss": loss}, updates=updates, device="cuda")
+    assert ".entry" in exe.dump("ptx")
+    path = str(tmp_path / "mlp_cuda.gcx")
+    exe.save(path)
+    model = graphc_runtime.load(path)               # no GPU needed to load
+    launches = model._native.launches
+    assert any(isinstance(e.get("threads"), Dim) for e in launches)
+    assert isinstance(model.manifest["arena_bytes"], Dim)
 
 
 # -- artifacts, CLI, gc.function -----------------------------------------------------------
@@ -405,3 +410,17 @@ def test_lstm_with_a_symbolic_batch_matches_the_reference():
         a = rng.standard_normal((5, b, H)).astype(np.float32)
         for got, ref in zip(exe(xs=a), gc.evaluate(outs, {"xs": a})):
             np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-6)
+
+
+def test_viewer_and_dumps_show_symbolic_programs(tmp_path):
+    from graphc import viewer
+    g, x, y, loss, params, grads, updates = mlp("batch")
+    with g:
+        exe = gc.compile({"loss": loss}, updates=updates)
+    assert "batch" in exe.dump("memory") and "f32[batch,12]" in exe.dump("optimized")
+    page = viewer.executable_page(exe, "mlp")
+    data = json.loads(page.split("id='graphc-data'>")[1].split("</script>")[0])
+    assert data["symbols"] == {"batch": viewer.DISPLAY_SIZE}
+    assert all(isinstance(b["bytes"], int) for b in data["memory"]["buffers"])
+    types = {n["type"] for n in data["views"]["optimized"]["nodes"]}
+    assert "f32[batch,12]" in types

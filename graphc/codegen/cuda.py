@@ -16,11 +16,13 @@ import os
 
 import llvmlite.ir as ir
 
+from graphc_runtime.dims import Dim, hint
 from graphc_runtime.errors import CompileError
 
 from ..ir import dtypes
 from ..kernels import index as ix
 from ..kernels import kernel as K
+from .cpu.symbols import program_symbols
 from .cpu import (COMPUTE, I32, I64, STORAGE, VOID, Emitter, ModuleBuilder, _aliased_buffers,
                   _extent, strided_loop)
 
@@ -112,20 +114,23 @@ class GpuEmitter(Emitter):
     def _sreg(self, name):
         return self.b.zext(self.b.call(self.mb.sreg(name), []), I64)
 
-    def _strided(self, total: int, start, stride, names, body) -> None:
-        """for (i = start; i < total; i += stride) with `names` set from i."""
+    def _strided(self, total, start, stride, names, body, extents=None) -> None:
+        """for (i = start; i < total; i += stride) with `names` set from i (its digits,
+        radices the variables' extents or the i64 values `extents`); totals and extents
+        may be symbolic (computed from the kernel's size arguments)."""
         b = self.b
+        radices = extents or [self.dim(ix.extent_of(v)) for v in names]
 
         def each(i):
             rest = i
-            for k, v in enumerate(reversed(names)):
-                n = ir.Constant(I64, v.hi + 1)
+            for k, (v, n) in enumerate(zip(reversed(names), reversed(radices))):
                 self.env[v.name] = b.urem(rest, n) if k < len(names) - 1 else rest
                 rest = b.udiv(rest, n)
             saved = dict(self.cache)
             body()
             self.cache = saved
-        strided_loop(b, start, ir.Constant(I64, total), stride, each)
+        strided_loop(b, start, total if isinstance(total, ir.Value) else self.dim(total),
+                     stride, each)
 
     def warp_loop(self, vars_, body) -> None:
         """Rows spread over warps (grid-stride by warp)."""
@@ -205,7 +210,7 @@ class GpuEmitter(Emitter):
         T = TILE
         real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
         (mv,), (nv,), (kv,) = real(k.m_vars), real(k.n_vars), real(k.k_vars)
-        M, N, Kd = mv.hi + 1, nv.hi + 1, kv.hi + 1
+        M, N, Kd = (ix.extent_of(v) for v in (mv, nv, kv))
         batch = real(k.batch_vars)
         acc_ty = COMPUTE[k.acc_dtype]
         a_s = self.mb.shared(f"{self.fn.name}_a", acc_ty, T * T)
@@ -213,14 +218,17 @@ class GpuEmitter(Emitter):
         tid = self._sreg("tid.x")
         row = b.udiv(tid, ir.Constant(I64, T))
         col = b.urem(tid, ir.Constant(I64, T))
-        mt, nt = -(-M // T), -(-N // T)
-        tiles = _extent(batch) * mt * nt
-        tile_vars = batch + [ix.IVar(0, mt - 1, "tile_m"), ix.IVar(0, nt - 1, "tile_n")]
-        barrier = self.mb.barrier()
         const = lambda v: ir.Constant(I64, v)
+        tiles_of = lambda n: b.udiv(b.add(self.dim(n), const(T - 1)), const(T))  # ceil(n / T)
+        mt, nt, kt = tiles_of(M), tiles_of(N), tiles_of(Kd)
+        tile_vars = batch + [ix.IVar(0, ix.BIG, "tile_m"), ix.IVar(0, ix.BIG, "tile_n")]
+        radices = [self.dim(ix.extent_of(v)) for v in batch] + [mt, nt]
+        tiles = b.mul(b.mul(self.dim(_extent(batch)), mt), nt)
+        barrier = self.mb.barrier()
 
         def staged(expr, dtype, r, c, r_lim, c_lim, r_name, c_name, dest):
-            ok = b.and_(b.icmp_unsigned("<", r, const(r_lim)), b.icmp_unsigned("<", c, const(c_lim)))
+            ok = b.and_(b.icmp_unsigned("<", r, self.dim(r_lim)),
+                        b.icmp_unsigned("<", c, self.dim(c_lim)))
             self.env[r_name] = b.select(ok, r, const(0))
             self.env[c_name] = b.select(ok, c, const(0))
             saved = dict(self.cache)
@@ -244,8 +252,10 @@ class GpuEmitter(Emitter):
                     y = b.load(b.gep(b_s, [const(0), b.add(const(i * T), col)]))
                     b.store(self._fma(x, y, b.load(acc), k.acc_dtype), acc)
                 b.call(barrier, [])
-            self.loops([ix.IVar(0, -(-Kd // T) - 1, "kt")], k_step)
-            inside = b.and_(b.icmp_unsigned("<", m, const(M)), b.icmp_unsigned("<", n, const(N)))
+            self.bounds["kt"] = (const(0), kt)
+            self.loops([ix.IVar(0, ix.BIG, "kt")], k_step)
+            inside = b.and_(b.icmp_unsigned("<", m, self.dim(M)),
+                            b.icmp_unsigned("<", n, self.dim(N)))
             with b.if_then(inside):
                 self.env[mv.name], self.env[nv.name] = m, n
                 saved = dict(self.cache)
@@ -256,7 +266,7 @@ class GpuEmitter(Emitter):
                 self.cache = saved
 
         blocks = b.mul(self._sreg("nctaid.x"), const(1))
-        self._strided(tiles, self._sreg("ctaid.x"), blocks, tile_vars, tile)
+        self._strided(tiles, self._sreg("ctaid.x"), blocks, tile_vars, tile, radices)
 
     def atomic_scatter(self, k: K.ScatterKernel) -> None:
         dtype = k.out.dtype
@@ -333,7 +343,8 @@ class CudaModuleBuilder(ModuleBuilder):
             buffers[store.buffer.id] = store.buffer
         bufs = sorted(buffers.values(), key=lambda b: b.id)
         fn = ir.Function(self.module, ir.FunctionType(
-            VOID, [ir.PointerType(STORAGE[b.dtype]) for b in bufs]), name)
+            VOID, [ir.PointerType(STORAGE[b.dtype]) for b in bufs] + [I64] * len(self.symbols)),
+            name)
         fn.calling_convention = "ptx_kernel"
         for arg, b in zip(fn.args, bufs):
             if b.id not in aliased:
@@ -341,6 +352,7 @@ class CudaModuleBuilder(ModuleBuilder):
             arg.attributes.align = VECTOR_BYTES      # the runtime checks every buffer
         builder = ir.IRBuilder(fn.append_basic_block("entry"))
         em = GpuEmitter(self, builder, {b.id: (arg, b) for arg, b in zip(fn.args, bufs)}, fn)
+        em.symbols = dict(zip(self.symbols, fn.args[len(bufs):]))
         if mode == "atomic":
             em.atomic_scatter(kernel)
             total = _extent(kernel.upd_vars)
@@ -351,9 +363,12 @@ class CudaModuleBuilder(ModuleBuilder):
                 total *= WARP                 # a warp per row
             elif isinstance(kernel, K.DotKernel) and tiled(kernel):
                 real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
-                mt = -(-(real(kernel.m_vars)[0].hi + 1) // TILE)
-                nt = -(-(real(kernel.n_vars)[0].hi + 1) // TILE)
-                total = _extent(kernel.batch_vars) * mt * nt * TILE * TILE
+                M, N = (ix.extent_of(real(vs)[0]) for vs in (kernel.m_vars, kernel.n_vars))
+                if isinstance(M, Dim) or isinstance(N, Dim):     # a bound on the tiles
+                    total = _extent(kernel.batch_vars) * (M + TILE - 1) * (N + TILE - 1)
+                else:
+                    total = _extent(kernel.batch_vars) * -(-M // TILE) * -(-N // TILE) * \
+                        TILE * TILE
         builder.ret_void()
         self.launches.append((name, total, bufs))
 
@@ -368,7 +383,7 @@ def thread_per_row(kernel) -> bool:
     addresses row after row (coalesced), instead of a warp striding down one column."""
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
     kept, reduced = real(kernel.kept_vars), real(kernel.reduced_vars)
-    if not kept or not reduced or _extent(kept) < COLUMN_MIN_ROWS:
+    if not kept or not reduced or hint(_extent(kept)) < COLUMN_MIN_ROWS:
         return False
     along_kept = along_reduced = 0
     for ld in K.kernel_loads(kernel):
@@ -388,6 +403,8 @@ def vector_lanes(kernel) -> int:
     if not real:
         return 1
     inner = real[-1]
+    if inner.extent is not None:              # a symbolic row length: one element a thread
+        return 1
     sizes = {dtypes.itemsize(s.buffer.dtype) for s in kernel.stores}
     if len(sizes) != 1:
         return 1
@@ -441,6 +458,7 @@ class PtxProgram:
             raise CompileError(f"unknown GPU architecture {arch!r}; known: "
                                f"{', '.join(PTX_FEATURES)}")
         mb = CudaModuleBuilder(name, arch)
+        mb.symbols = program_symbols(lowered.buffers.values())
         schedule = _emit_schedule(mb, lowered)
         target = b.Target.from_triple(TRIPLE)
         tm = target.create_target_machine(cpu=arch, features=PTX_FEATURES[arch], opt=3)
@@ -493,15 +511,18 @@ def _launch_table(schedule, launches) -> list:
         if entry[0] == "launch":
             _, k, low = entry
             name_, total, bufs = launches[k]
+            # a symbolic thread count: the runtime sizes the grid at the launch
+            grid = None if isinstance(total, Dim) else max(1, min(math.ceil(total / BLOCK),
+                                                                  MAX_GRID))
             table.append({"kernel": name_, "threads": total, "block": BLOCK,
-                          "grid": max(1, min(math.ceil(total / BLOCK), MAX_GRID)),
+                          "grid": grid, "max_grid": MAX_GRID,
                           # (tiled dots need BLOCK == TILE * TILE threads per block)
                           "buffers": [_where(buf, low) for buf in bufs]})
             continue
         _, kern, bodies, low = entry
         table.append({
             "control": kern.op, "name": kern.name,
-            "attrs": {k: v for k, v in kern.attrs.items() if isinstance(v, (int, bool))},
+            "attrs": {k: v for k, v in kern.attrs.items() if isinstance(v, (int, bool, Dim))},
             "operands": [dict(_where(b, low), bytes=b.nbytes) for b in kern.operands],
             "results": [dict(_where(b, low), bytes=b.nbytes) for b in kern.results],
             "spare": [_where(b, low) for b in kern.spare],
