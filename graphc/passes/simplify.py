@@ -97,7 +97,8 @@ def _simplify(b: Builder, node: Node, ins: list):
         return ins[0]
     if op == "reverse" and not node.attrs["dimensions"]:
         return ins[0]
-    if op == "reverse" and all(node.shape[d] <= 1 for d in node.attrs["dimensions"]):
+    if op == "reverse" and all(isinstance(node.shape[d], int) and node.shape[d] <= 1
+                               for d in node.attrs["dimensions"]):
         return ins[0]
     if op == "pad" and not any(node.attrs["low"] + node.attrs["high"] + node.attrs["interior"]):
         return ins[0]
