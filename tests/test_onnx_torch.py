@@ -98,3 +98,32 @@ def test_exported_model_matches_onnxruntime(name, tmp_path, rng):
         assert len(got) == len(want)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3 * np.abs(w).max())
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2", "mobilenet"])
+def test_exported_with_a_dynamic_batch_imports_one_symbolic_program(name, tmp_path, rng):
+    """torch.onnx.export(..., dynamic_shapes=) writes dim_params; graphc imports them as
+    one symbolic batch and the compiled model matches onnxruntime at several sizes."""
+    model, args, names = _models()[name]
+    model.eval()
+    path = str(tmp_path / f"{name}_dynamic.onnx")
+    batch = torch.export.Dim("batch", min=1, max=64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, args, path, input_names=names, dynamo=True,
+                          dynamic_shapes=tuple({0: batch} for _ in names))
+    imported = gonnx.import_model(path)
+    assert all(str(t.shape[0]) == "batch" for t in imported.inputs.values())
+    exe = gonnx.compile(path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for n in (1, 3, 5):
+        feeds = {}
+        for nm, a in zip(names, args):
+            shape = (n,) + tuple(a.shape[1:])
+            feeds[nm] = (rng.integers(0, 1000, shape).astype(np.int64) if nm == "input_ids"
+                         else np.ones(shape, np.int64) if nm == "attention_mask"
+                         else rng.normal(size=shape).astype(np.float32))
+        want = sess.run(None, feeds)
+        got = list(exe(**feeds).values())
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-3 * np.abs(w).max())

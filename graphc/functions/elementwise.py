@@ -8,9 +8,9 @@ import numpy as np
 from graphc_runtime.dims import Dim
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
-from ..tensor import Tensor, bind, constant
+from ..tensor import Tensor, bind, bind_source, constant
 from ..ir import dtypes
-from ..ir.graph import graph_for
+from ..ir.graph import current_graph, graph_for
 from ..ir.source import user_location
 
 
@@ -122,7 +122,13 @@ def to_tensor(v, dtype: str, graph) -> Tensor:
 
 
 def operands(values, what: str, dtype: str | None = None) -> list[Tensor]:
-    """Tensors of one dtype (promoted, or `dtype`) and one broadcast shape."""
+    """Tensors of one dtype (promoted, or `dtype`) and one broadcast shape. A symbolic
+    size (a Dim, such as x.shape[0]) is the scalar holding its value at the call."""
+    if any(isinstance(v, Dim) for v in values):
+        tensors = [v for v in values if isinstance(v, Tensor)]
+        graph = _graph_for(tensors) if tensors else current_graph()
+        values = [bind_source("dim_size", graph, {"size": v, "dtype": "int32"})
+                  if isinstance(v, Dim) else v for v in values]
     graph = _graph_for(values)
     dt = dtype or result_dtype(values, what)
     tensors = [to_tensor(v, dt, graph) for v in values]

@@ -10,6 +10,7 @@ import numpy as np
 
 from graphc_runtime.dims import Dim, Undecidable, is_symbolic, prod
 
+from graphc.functions.elementwise import broadcast_shapes
 from graphc.ir.dtypes import canonical as dtypes_of_numpy
 
 import graphc as gc
@@ -327,9 +328,14 @@ def _range(ctx, a, at):
             raise ctx.unsupported(f"{name} must be a scalar, got shape {v.shape}")
     dtype = start.dtype
     start, limit, delta = (v.reshape(()) for v in (start, limit, delta))
-    for v in (start, limit, delta):
-        if isinstance(v.item(), Dim):
-            raise Undecidable(f"Range's length follows the symbolic size {v.item()}")
+    s0, s1, step = (v.item() for v in (start, limit, delta))
+    if isinstance(s1, Dim) and not isinstance(s0, Dim) and step == 1 and s1 - s0 >= 1:
+        with ctx.graph:                     # 0, 1, ... up to a size known at the call
+            ramp = gc.iota((s1 - s0,), 0, dtypes_of_numpy(dtype))
+            return (ramp + int(s0)) if s0 else ramp
+    for v in (s0, s1, step):
+        if isinstance(v, Dim):
+            raise Undecidable(f"Range's length follows the symbolic size {v}")
     return np.arange(start, limit, delta, dtype=dtype)
 
 
@@ -469,7 +475,8 @@ def _strided(x, key):
 @op("Expand")
 def _expand(ctx, a, at):
     x = ctx.tensor(a[0])
-    shape = np.broadcast_shapes(x.shape, tuple(_ints(ctx.static(a[1], "the shape"))))
+    shape = broadcast_shapes([x.shape, tuple(_ints(ctx.static(a[1], "the shape")))],
+                             ctx.where())           # numpy's rule, symbolic sizes too
     return gc.broadcast_to(x, shape)
 
 

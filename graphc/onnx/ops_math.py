@@ -6,7 +6,7 @@ import string
 
 import numpy as np
 
-from graphc_runtime.dims import prod
+from graphc_runtime.dims import hint, prod
 
 import graphc as gc
 
@@ -119,7 +119,7 @@ def _cumulative(kind):
         if kind == "sum" and gc.ir.dtypes.is_float(x.dtype):
             y = gc.matmul(xt, ctx.tensor(sel.astype(gc.ir.dtypes.to_numpy(x.dtype))))
         else:
-            if x.size * n > MAX_PAIRWISE:
+            if hint(x.size) * n > MAX_PAIRWISE:      # a symbolic size: a typical one
                 raise ctx.unsupported(f"{kind} over {n} integers x {x.size // max(n, 1)} "
                                       f"rows (graphc composes it pairwise, up to "
                                       f"{MAX_PAIRWISE} elements)")
@@ -163,7 +163,7 @@ def _topk(ctx, a, at):
         raise ctx.unsupported(f"K={k} outside [0, {n}]")
     largest = bool(at.get("largest", 1))
     xt, back = move_axis_last(x, axis)
-    if x.size * n > MAX_PAIRWISE:
+    if hint(x.size) * n > MAX_PAIRWISE:
         raise ctx.unsupported(f"TopK over {n} elements x {x.size // max(n, 1)} rows (graphc "
                               f"ranks pairwise, up to {MAX_PAIRWISE} elements)")
     # rank of each element: how many come before it (better, or equal at a lower index)

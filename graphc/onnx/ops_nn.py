@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime.dims import Dim
+
 import graphc as gc
 from graphc.tensor import bind
 
@@ -119,13 +121,17 @@ def _scatter_elements(ctx, a, at):
 def _nd_positions(ctx, shape, idx):
     """Positions in the first k dims of `shape` for index tuples idx[..., k]."""
     k = idx.shape[-1]
-    strides = np.cumprod((1,) + tuple(shape[:k][::-1]))[:-1][::-1]
+    strides, acc = [], 1
+    for n in reversed(shape[:k]):
+        strides.insert(0, acc)
+        acc = acc * n
+    size = lambda n: gc.dim_size(n, "int64") if isinstance(n, Dim) else \
+        ctx.tensor(np.int64(n))                   # a symbolic size: its value at the call
     pos = None
     for d in range(k):
         coord = idx[..., d]
-        coord = gc.where(coord < ctx.tensor(np.int64(0)), coord + ctx.tensor(np.int64(shape[d])),
-                         coord)
-        term = coord * ctx.tensor(np.int64(strides[d]))
+        coord = gc.where(coord < ctx.tensor(np.int64(0)), coord + size(shape[d]), coord)
+        term = coord * size(strides[d])
         pos = term if pos is None else pos + term
     return pos
 
