@@ -23,7 +23,9 @@ from . import dims
 from .errors import ArtifactError
 
 MAGIC = b"GRAPHCAR"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2        # the newest this runtime reads and writes
+SYMBOLIC_FORMAT = 2       # format 2: shapes and sizes may be symbolic ({"dim": terms});
+                          # a program without symbolic dims is still written as format 1
 _HEADER = struct.Struct("<8sIQ")
 
 
@@ -34,13 +36,14 @@ def write(path: str, manifest: dict, sections: dict) -> None:
         table[name] = {"offset": offset, "length": len(data),
                        "sha256": hashlib.sha256(data).hexdigest()}
         offset += len(data)
-    manifest = dict(manifest, format_version=FORMAT_VERSION, sections=table)
+    version = SYMBOLIC_FORMAT if (manifest.get("signature") or {}).get("symbols") else 1
+    manifest = dict(manifest, format_version=version, sections=table)
     head = json.dumps(manifest, sort_keys=True, default=dims.json_default).encode()
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".gcx-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_HEADER.pack(MAGIC, FORMAT_VERSION, len(head)))
+            f.write(_HEADER.pack(MAGIC, version, len(head)))
             f.write(head)
             f.write(hashlib.sha256(head).digest())
             for data in sections.values():

@@ -198,7 +198,7 @@ def split_var(kern, threads: int):
         return _blas_split(kern, threads), False
     if isinstance(kern, K.LoopKernel):
         outer = kern.loop_vars
-    elif isinstance(kern, (K.RowKernel, )):
+    elif isinstance(kern, K.RowKernel):
         outer = kern.kept_vars
     elif isinstance(kern, K.DotKernel):
         outer = kern.batch_vars + kern.m_vars
