@@ -7,7 +7,7 @@ import os
 import llvmlite.ir as ir
 
 from graphc_runtime.cpu import ENTRY_ABI
-from graphc_runtime.dims import Dim
+from graphc_runtime.dims import Dim, Undecidable
 from graphc_runtime.errors import CompileError
 
 from ...kernels import index as ix
@@ -332,7 +332,11 @@ def _aliased_buffers(kern, offsets) -> set:
     for i, a in enumerate(temps):
         for c in temps[i + 1:]:
             a0, c0 = offsets[a.id], offsets[c.id]
-            if a0 < c0 + c.nbytes and c0 < a0 + a.nbytes:
+            try:
+                overlap = a0 < c0 + c.nbytes and c0 < a0 + a.nbytes
+            except Undecidable:          # symbolic ranges that may overlap: say they do
+                overlap = True
+            if overlap:
                 out.update((a.id, c.id))
     return out
 
