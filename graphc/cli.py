@@ -17,8 +17,6 @@ import tempfile
 
 import numpy as np
 
-from graphc_runtime.dims import shape_from_json
-
 from graphc_runtime.artifact import MAGIC
 from graphc_runtime.errors import GraphcError
 
@@ -200,7 +198,7 @@ def cmd_info(args) -> int:
         lines.append("symbolic dimensions (any size >= 1 at the call):")
         for name in sig["symbols"]:
             uses = [f"{n}[{axis}]" for n, s, _ in sig["inputs"]
-                    for axis, d in enumerate(shape_from_json(s)) if str(d) == name]
+                    for axis, d in enumerate(s) if str(d) == name]
             lines.append(f"  {name}: from {', '.join(uses) or '?'}")
     lines.append(f"kernels: {len(manifest.get('kernels', []))}")
     lines.append(f"arena bytes: {manifest['arena_bytes']} (live lower bound "
@@ -210,7 +208,7 @@ def cmd_info(args) -> int:
 
 
 def _shape_text(shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape_from_json(shape)) + "]"
+    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 def _feeds(items) -> dict:

@@ -5,7 +5,7 @@ import os
 import time
 
 from graphc_runtime.cpu import CpuProgram, Signature
-from graphc_runtime.dims import Dim, shape_symbols, shape_to_json
+from graphc_runtime.dims import Dim, shape_symbols
 from graphc_runtime.errors import CompileError, DeviceError, GraphcError
 
 from .api import Tensor, checked_updates, flatten_outputs, _graph_of, structure_of
@@ -199,16 +199,15 @@ def collective_steps(lowered) -> list:
 
     def where(buf):
         if buf.kind == "temp":
-            offset = lowered.memory.offsets[buf.id]
-            return {"offset": {"dim": offset.to_json()} if isinstance(offset, Dim) else offset}
+            return {"offset": lowered.memory.offsets[buf.id]}
         return {"slot": lowered.slots[buf.id]}
     steps = []
     for kern in lowered.kernels:
         if isinstance(kern, K.CollectiveKernel):
             steps.append({"op": kern.op, "attrs": {k: v for k, v in kern.attrs.items()},
-                          "src": dict(where(kern.src), shape=shape_to_json(kern.src.shape),
+                          "src": dict(where(kern.src), shape=list(kern.src.shape),
                                       dtype=kern.src.dtype),
-                          "dst": dict(where(kern.dst), shape=shape_to_json(kern.dst.shape),
+                          "dst": dict(where(kern.dst), shape=list(kern.dst.shape),
                                       dtype=kern.dst.dtype)})
     return steps
 

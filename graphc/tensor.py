@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
-
 from graphc_runtime.dims import Dim
+from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
 from .ir import dtypes
 from .ir.graph import Graph, Node, current_graph
@@ -117,6 +116,15 @@ def placeholder(shape, dtype="float32", name: str | None = None) -> Tensor:
     g.claim_name(name, "placeholder")
     return bind_source("parameter", g, {"name": name, "shape": shape,
                                         "dtype": dtypes.canonical(dtype)}, name)
+
+
+def dim_size(d, dtype="int32", graph: Graph | None = None) -> Tensor:
+    """A scalar holding the size `d` (an int, or a symbolic Dim such as x.shape[0] whose
+    value is bound at the call)."""
+    dt = dtypes.canonical(dtype)
+    if not isinstance(d, Dim):
+        return constant(np.asarray(int(d), dtype=dtypes.to_numpy(dt)), graph=graph)
+    return bind_source("dim_size", graph or current_graph(), {"size": d, "dtype": dt})
 
 
 def variable(initial_value, name: str | None = None, dtype=None) -> Tensor:

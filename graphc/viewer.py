@@ -43,8 +43,6 @@ def _at_display_size(obj, env: dict):
             env.setdefault(s, DISPLAY_SIZE)
         return obj.evaluate(env)
     if isinstance(obj, dict):
-        if len(obj) == 1 and isinstance(obj.get("dim"), list):     # a manifest's JSON form
-            return _at_display_size(sym.Dim.from_json(obj["dim"]), env)
         return {k: _at_display_size(v, env) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_at_display_size(v, env) for v in obj]

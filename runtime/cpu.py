@@ -126,7 +126,7 @@ class Signature:
         self.symbols = list(symbols)
 
     def to_json(self) -> dict:
-        out = {k: [[n, dims.shape_to_json(s), d] for n, s, d in getattr(self, k)]
+        out = {k: [[n, list(s), d] for n, s, d in getattr(self, k)]
                for k in ("inputs", "outputs", "variables")}
         if self.symbols:
             out["symbols"] = list(self.symbols)
@@ -134,7 +134,7 @@ class Signature:
 
     @classmethod
     def from_json(cls, data: dict) -> "Signature":
-        return cls(**{k: [(n, dims.shape_from_json(s), d) for n, s, d in data[k]]
+        return cls(**{k: [(n, tuple(dims.as_dim(x) for x in s), d) for n, s, d in data[k]]
                       for k in ("inputs", "outputs", "variables")},
                    symbols=data.get("symbols", ()))
 
@@ -345,10 +345,7 @@ class CpuProgram:
         env: dict = {}
         arrays = []
         for value, (name, shape, npd, dname, tstr) in zip(values, self._inputs):
-            if self.signature.symbols and dims.is_symbolic(shape):
-                if isinstance(value, np.generic):
-                    value = np.asarray(value)
-                shape = bind_symbols(name, shape, getattr(value, "shape", None), env)
+            shape = bind_symbols(name, shape, value, env)
             arrays.append(np.ascontiguousarray(check_array(name, value, shape, npd, dname,
                                                            tstr)))
         return arrays, sizes(env)
@@ -409,9 +406,9 @@ class CpuProgram:
     def _view(self, where: dict, by_slot: list) -> np.ndarray:
         """The array a collective reads or writes: a table slot's array or arena bytes."""
         npd = NUMPY[where["dtype"]]
-        shape = dims.concrete_shape(dims.shape_from_json(where["shape"]), self.last_sizes)
+        shape = dims.concrete_shape(where["shape"], self.last_sizes)
         if "slot" in where:
             return by_slot[where["slot"]].reshape(shape)
         count = int(np.prod(shape, dtype=np.int64))
-        start = dims.evaluate(dims.value_from_json(where["offset"]), self.last_sizes)
+        start = dims.evaluate(where["offset"], self.last_sizes)
         return self.arena[start:start + count * npd.itemsize].view(npd).reshape(shape)

@@ -95,10 +95,7 @@ class CudaProgram:
             try:
                 device_in, env = [], {}
                 for value, (name, shape, npd, dname, tstr) in zip(values, self._inputs):
-                    if dims.is_symbolic(shape):       # bind the symbols from this input
-                        got = getattr(value, "shape", None)
-                        shape = bind_symbols(name, shape, tuple(got) if got is not None
-                                             else None, env)
+                    shape = bind_symbols(name, shape, value, env)
                     data = getattr(value, "_data", None)
                     if data is not None and getattr(value, "device", "").startswith("cuda"):
                         if tuple(value.shape) != shape or np.dtype(value.dtype) != npd:
@@ -147,9 +144,8 @@ def _kernel_names(table) -> list:
 
 
 def _size(st, x) -> int:
-    """An int of the launch table, or a symbolic size (a Dim, or its JSON form in a loaded
-    artifact) at this call's sizes."""
-    return dims.evaluate(dims.value_from_json(x), st["sizes"])
+    """An int of the launch table, or a symbolic size (a Dim) at this call's sizes."""
+    return dims.evaluate(x, st["sizes"])
 
 
 def _address(where: dict, frame) -> int:

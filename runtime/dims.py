@@ -267,24 +267,9 @@ def concrete_shape(shape, env: dict) -> tuple:
     return tuple(d.evaluate(env) if isinstance(d, Dim) else d for d in shape)
 
 
-def shape_to_json(shape) -> list:
-    return [{"dim": d.to_json()} if isinstance(d, Dim) else d for d in shape]
-
-
-def shape_from_json(data) -> tuple:
-    return tuple(d if isinstance(d, Dim) else Dim.from_json(d["dim"]) if isinstance(d, dict)
-                 else int(d) for d in data)
-
-
-def value_from_json(x):
-    """An int or a Dim from its JSON form (an int, {"dim": terms} or a Dim already)."""
-    if isinstance(x, dict) and "dim" in x:
-        return Dim.from_json(x["dim"])
-    return x
-
-
 def json_default(obj):
-    """json.dumps' default: a Dim as {"dim": terms} (artifact manifests)."""
+    """json.dumps' default: a Dim as {"dim": terms} (artifact manifests; in memory a
+    manifest holds Dims, and json_object_hook gives them back when a file is read)."""
     if isinstance(obj, Dim):
         return {"dim": obj.to_json()}
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")

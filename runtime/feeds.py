@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .dims import is_symbolic
 from .errors import FeedError
 
 
@@ -42,11 +43,16 @@ def bind_inputs(names: list, args: tuple, kwargs: dict) -> list:
     return [values[n] for n in names]
 
 
-def bind_symbols(label: str, shape: tuple, got, env: dict) -> tuple:
-    """The concrete shape a feed of declared `shape` (ints and symbols) must have, given
-    its actual shape `got`: each symbol takes its size from the first input that has it
-    (recorded in `env` as {symbol: (size, input name)}); a later input giving it another
-    size is a FeedError naming the symbol, both inputs and both sizes."""
+def bind_symbols(label: str, shape: tuple, value, env: dict) -> tuple:
+    """The concrete shape the fed `value` (an array, a device array or anything else)
+    must have for a declared `shape` of ints and symbols (`shape` itself when it has no
+    symbol): each symbol takes its size from the first input that has it (recorded in
+    `env` as {symbol: (size, input name)}); a later input giving it another size is a
+    FeedError naming the symbol, both inputs and both sizes."""
+    if not is_symbolic(shape):
+        return shape
+    got = getattr(value, "shape", None)
+    got = tuple(got) if got is not None else None
     if got is None or len(got) != len(shape):
         return tuple(d if isinstance(d, int) else -1 for d in shape)   # check_array reports
     out = []

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphc_runtime.dims import Dim
 from graphc_runtime.errors import ShapeError
 
-from ..tensor import Tensor, _shape_tuple, bind, bind_source, constant
+from ..tensor import (Tensor, _shape_tuple, bind, bind_source, constant,  # noqa: F401
+                      dim_size)            # (dim_size: re-exported as gc.dim_size)
 from ..ir import dtypes
 from ..ir.graph import current_graph
 from ..ir.source import user_location
@@ -39,15 +39,6 @@ def iota(shape, dimension: int = 0, dtype="int32") -> Tensor:
     return bind_source("iota", current_graph(), {"shape": _shape_tuple(shape, "iota"),
                                                  "dtype": dtypes.canonical(dtype),
                                                  "dimension": dimension})
-
-
-def dim_size(d, dtype="int32") -> Tensor:
-    """A scalar holding the size `d` (an int, or a symbolic Dim such as x.shape[0] whose
-    value is bound at the call)."""
-    dt = dtypes.canonical(dtype)
-    if not isinstance(d, Dim):
-        return constant(np.asarray(int(d), dtype=dtypes.to_numpy(dt)))
-    return bind_source("dim_size", current_graph(), {"size": d, "dtype": dt})
 
 
 def arange(start, stop=None, step=1, dtype=None) -> Tensor:

@@ -8,7 +8,7 @@ import numpy as np
 from graphc_runtime.dims import Dim
 from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
-from ..tensor import Tensor, bind, bind_source, constant
+from ..tensor import Tensor, bind, constant, dim_size
 from ..ir import dtypes
 from ..ir.graph import current_graph, graph_for
 from ..ir.source import user_location
@@ -127,8 +127,7 @@ def operands(values, what: str, dtype: str | None = None) -> list[Tensor]:
     if any(isinstance(v, Dim) for v in values):
         tensors = [v for v in values if isinstance(v, Tensor)]
         graph = _graph_for(tensors) if tensors else current_graph()
-        values = [bind_source("dim_size", graph, {"size": v, "dtype": "int32"})
-                  if isinstance(v, Dim) else v for v in values]
+        values = [dim_size(v, graph=graph) if isinstance(v, Dim) else v for v in values]
     graph = _graph_for(values)
     dt = dtype or result_dtype(values, what)
     tensors = [to_tensor(v, dt, graph) for v in values]

@@ -8,11 +8,10 @@ from graphc_runtime import dims as sym
 from graphc_runtime.dims import Dim
 from graphc_runtime.errors import ShapeError
 
-from ..tensor import Tensor, bind
+from ..tensor import Tensor, bind, dim_size
 from ..ir import dtypes
 from ..ir.primitive import normalize_axis
 from ..ir.source import user_location
-from .creation import dim_size
 from .elementwise import _as, cast, exp, isfinite, log, where
 from .shapes import reshape
 

@@ -16,20 +16,16 @@ from .graph import TUPLE, Graph, Node
 from .primitive import lookup
 
 
-def check_feed(node: Node, value, env: dict | None = None) -> np.ndarray:
+def check_feed(node: Node, value, env: dict) -> np.ndarray:
     """Return `value` as an array if it matches placeholder `node`, else raise FeedError;
     its symbolic dims are bound in (or checked against) `env` ({symbol: (size, input)})."""
-    shape = node.shape
-    if is_symbolic(shape):
-        if not isinstance(value, np.ndarray):
-            value = np.asarray(value) if isinstance(value, np.generic) else value
-        shape = bind_symbols(node.attrs["name"], shape, getattr(value, "shape", None), env)
+    shape = bind_symbols(node.attrs["name"], node.shape, value, env)
     return check_array(node.attrs["name"], value, shape, dtypes.to_numpy(node.dtype),
                        node.dtype, node.type_str())
 
 
 def bind_feeds(graph: Graph, needed: list[Node], feeds: dict,
-               env: dict | None = None) -> dict[int, np.ndarray]:
+               env: dict) -> dict[int, np.ndarray]:
     """Map each placeholder node among `needed` to its checked feed value (symbols'
     sizes bound into `env`)."""
     by_name = {n.attrs["name"]: n for n in graph.placeholders()}
@@ -115,10 +111,9 @@ def _evaluate(needed, outputs, values, variables, env) -> list[np.ndarray]:
             values[node.id] = variables[node.attrs["name"]]
             continue
         args = [values[i.id] for i in node.inputs]
-        seen = node
-        if env and (is_symbolic(node.shape) or _symbolic_attrs(node.attrs)):
-            seen = _Concrete(node, env)
-        elif env and node.op in ("scan", "while", "cond"):
+        seen = node                 # loops and conds pass the sizes on to their bodies
+        if env and (node.op in ("scan", "while", "cond") or is_symbolic(node.shape) or
+                    _symbolic_attrs(node.attrs)):
             seen = _Concrete(node, env)
         out = lookup(node.op).impl(args, seen.attrs, seen)
         values[node.id] = out if node.dtype == TUPLE else np.asarray(out)

@@ -96,7 +96,7 @@ def _loop(ctx, a, at):
     if static_trip is not None and (cond0 is None or static_cond is not None):
         try:
             return _counted_loop(ctx, body, names, state, static_trip, n_scan)
-        except _DataDependent:
+        except _DataDependent:        # the condition can turn false: a while_loop below
             pass
     if n_scan:
         raise ctx.unsupported(f"{n_scan} scan output(s) of a loop whose trip count depends "

@@ -93,15 +93,10 @@ def _place_symbolic(slots: dict, slot_offset: dict, base: int):
         for lane in lanes:
             if any(not (h2 < lo or hi < l2) for l2, h2 in lane[1]):
                 continue
-            try:
-                if lane[0] >= size:
-                    pass
-                elif size >= lane[0]:
-                    lane[0] = size
-                else:
-                    continue
-            except Undecidable:
+            larger = _larger(lane[0], size)
+            if larger is None:
                 continue
+            lane[0] = larger
             lane[1].append((lo, hi))
             lane[2].append(r)
             break
@@ -113,6 +108,15 @@ def _place_symbolic(slots: dict, slot_offset: dict, base: int):
             slot_offset[r] = offset
         offset = offset + size
     return offset
+
+
+def _larger(a, b):
+    """The larger of two sizes when one bounds the other for every size of the symbols,
+    else None."""
+    try:
+        return a if a >= b else b
+    except Undecidable:
+        return None
 
 
 def align_up(size):

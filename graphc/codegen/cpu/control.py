@@ -151,6 +151,13 @@ class ControlBuilder:
             cells.append((cur, nxt))
         return cells
 
+    def _final_from_spare(self, b, kern, raw, cells, odd) -> None:
+        """After an odd number of steps (the i1 `odd`) of carries that started in the
+        results, the final values are in the spare buffers: copy them into the results."""
+        with b.if_then(odd):
+            for j, (cur, _) in enumerate(cells):
+                self._copy(b, raw(kern.results[j]), b.load(cur), kern.results[j].nbytes)
+
     @staticmethod
     def _loop_head(b, name: str):
         """Start a loop: branch to a new head block and continue there; returns the
@@ -206,10 +213,7 @@ class ControlBuilder:
         b.branch(head)
         b.position_at_end(done)
         if symbolic_T:               # an odd number of steps: the final carries are spare
-            odd = b.trunc(b.load(counter), I1)
-            with b.if_then(odd):
-                for j, (cur, _) in enumerate(cells):
-                    self._copy(b, raw(kern.results[j]), b.load(cur), kern.results[j].nbytes)
+            self._final_from_spare(b, kern, raw, cells, b.trunc(b.load(counter), I1))
 
     def _emit_while(self, b, entry, raw) -> None:
         kern = entry.kernel
@@ -243,9 +247,7 @@ class ControlBuilder:
         b.store(b.xor(b.load(parity), ir.Constant(I1, 1)), parity)
         b.branch(head)
         b.position_at_end(done)
-        with b.if_then(b.load(parity)):          # the final state is in the spare buffers
-            for j, (cur, _) in enumerate(cells):
-                self._copy(b, raw(kern.results[j]), b.load(cur), kern.results[j].nbytes)
+        self._final_from_spare(b, kern, raw, cells, b.load(parity))
 
     def _emit_cond(self, b, entry, raw) -> None:
         kern = entry.kernel

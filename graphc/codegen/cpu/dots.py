@@ -5,7 +5,6 @@ import llvmlite.ir as ir
 
 from graphc_runtime.dims import Dim, Undecidable, hint
 
-
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from .types import COMPUTE, I32, I64

@@ -32,13 +32,13 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
             self.module.triple = triple
         if data_layout:
             self.module.data_layout = data_layout
-        self.kernels: list = []       # (function, buffers, (split var, own threads), trampoline)
+        self.kernels: list = []       # (function, buffers, (split var, own threads, least
+        #                               work of a symbolic split or None), trampoline)
         self.threads = 1
         self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
         self.profiling = None         # a Profiling in the profiling build
         self.profile_index: dict = {}  # id(schedule entry) -> its kernel number there
         self.symbols: list = []       # symbol names: every kernel takes their values
-        self.kernel_of: dict = {}     # id(schedule entry) -> its kernel IR
         self.dims_slot = None         # the table slot of the symbols' values (i64[])
 
     # -- helpers --------------------------------------------------------------------------
@@ -115,9 +115,12 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         builder.ret_void()
         index = len(self.profile_index)
         trampoline = self._trampoline(fn, bufs, index) if split is not None else None
-        entry = (fn, bufs, (split, own_threads), trampoline)
+        least = None              # a symbolic split checks its work at the call
+        if split is not None:
+            work, threshold = split_work(kernel, self.threads)
+            least = (work, threshold) if isinstance(work, Dim) else None
+        entry = (fn, bufs, (split, own_threads, least), trampoline)
         self.kernels.append(entry)
-        self.kernel_of[id(entry)] = kernel
         if self.profiling is not None:
             self.profile_index[id(entry)] = index
 
@@ -181,7 +184,6 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
             cache[buf.id] = b.bitcast(raw, ir.PointerType(STORAGE[buf.dtype]))
             return cache[buf.id]
 
-        kernel_of = self.kernel_of
         for entry in schedule:
             index = self.profile_index.get(id(entry)) if self.profiling is not None else None
             if isinstance(entry, ControlEntry):
@@ -191,26 +193,19 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
                 if index is not None:
                     self.profiling.kernel_end(b, index)
                 continue
-            fn_k, bufs, (split, own_threads), trampoline = entry
+            fn_k, bufs, (split, own_threads, least), trampoline = entry
             ptrs = [pointer(x) for x in bufs] + sym_args
             if index is not None:
                 self.profiling.kernel_start(b, index)
             if split is None:
                 b.call(fn_k, ptrs)
             else:
-                extent = emit_dim(b, ix.extent_of(split), values)
-                work, least = split_work(kernel_of[id(entry)], self.threads)
-                if isinstance(work, Dim):       # too little work at this call: one thread
-                    small = b.icmp_signed("<", emit_dim(b, work, values),
-                                          ir.Constant(I64, least))
-                    with b.if_else(small) as (one, many):
-                        with one:
-                            b.call(fn_k, ptrs + [ir.Constant(I64, 0), extent])
-                        with many:
-                            self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads,
-                                                extent)
-                else:
-                    self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads, extent)
+                small = None
+                if least is not None:           # too little work at this call: one thread
+                    small = b.icmp_signed("<", emit_dim(b, least[0], values),
+                                          ir.Constant(I64, least[1]))
+                self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads,
+                                    emit_dim(b, ix.extent_of(split), values), small)
             if index is not None:
                 self.profiling.kernel_end(b, index)
         b.ret_void()

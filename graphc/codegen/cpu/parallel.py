@@ -18,14 +18,23 @@ class ParallelBuilder:
     """ModuleBuilder's calls of split kernels across threads."""
 
     def _parallel_call(self, b, fn_k, ptrs, split, trampoline, own_threads=True,
-                       extent_value=None) -> None:
+                       extent_value=None, small=None) -> None:
         """Run fn_k over `split`'s range in `threads` contiguous chunks. On OpenMP's team
         when the runtime found libgomp (graphc_gomp_parallel set), else chunks 1.. on new
         threads (pthreads) and chunk 0 here, then join; a thread that cannot be started
         runs its chunk here instead. Every element is computed by exactly one call over
         the same chunks either way, so results do not depend on the thread count.
         Kernels not worth threads started per call (`own_threads` false) run as one
-        call when there is no team."""
+        call when there is no team, and so does every call where `small` (an i1 a
+        symbolic program computes from the call's sizes) is true."""
+        if small is not None:
+            with b.if_else(small) as (one, many):
+                with one:
+                    b.call(fn_k, ptrs + [ir.Constant(I64, 0), extent_value])
+                with many:
+                    self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads,
+                                        extent_value)
+            return
         i8p = ir.PointerType(I8)
         extent = ix.extent_of(split)
         if isinstance(extent, int):

@@ -6,7 +6,6 @@ import math
 import llvmlite.ir as ir
 
 from graphc_runtime.dims import Dim
-
 from graphc_runtime.errors import CompileError
 
 from ...ir import dtypes
