@@ -14,6 +14,7 @@ from ...kernels import index as ix
 from ...kernels import kernel as K
 from .. import llvm_features
 from .control import ControlBuilder, ControlEntry
+from .gemm import GemmBuilder
 from .loops import Emitter
 from .parallel import ParallelBuilder, split_var, split_work
 from .profiling import Profiling
@@ -68,6 +69,11 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         p = ir.PointerType(ty)
         fnty = ir.FunctionType(VOID, [I32] * 6 + [ty, p, I32, p, I32, ty, p, I32])
         return ir.Function(self.module, fnty, name)
+
+    def own_gemm(self, form: str, dtype: str):
+        """graphc's own GEMM kernel of this form ('nn' / 'nt', see gemm.py)."""
+        from graphc_runtime.cpu import host_features
+        return GemmBuilder(self.module, host_features()).function(form, dtype)
 
     def libm(self, op: str, ty):
         sym = LIBM[op][0 if ty == F32 else 1]

@@ -1,0 +1,293 @@
+"""graphc's own matrix-product kernels for products too small for BLAS to pay off.
+
+OpenBLAS packs both operands into its own layout on every call; for a product such as
+an RNN's per-step h @ W (32 x 256 @ 256 x 1024) that copying costs as much as the
+arithmetic. These kernels read the operands where they lie (a weight stays in the
+core's L2 cache from one step to the next) and keep an MR x NR tile of C in registers:
+
+- `nn`: B is row-major (K x N): each step of k loads NV vectors of B's row k and
+  broadcasts MR elements of A's column k (A may have any row/column strides).
+- `nt`: B is given transposed (row j of the N x K buffer is column j of B) and A's rows
+  are contiguous along k (a_col is 1): each output is a dot product, vectorized along
+  k, reduced across lanes at the end; K is a multiple of 16.
+
+Every element of C is summed in the same order whatever tile, tail or thread range it
+falls in, so results do not depend on the thread count. Signature of both (i64 sizes and
+strides, in elements): f(M, N, K, A, a_row, a_col, B, ldb, C, ldc) computes
+C[i, j] = sum_k A[i*a_row + k*a_col] * B[...] for i < M, j < N.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from .types import COMPUTE, I64, VOID
+
+
+def shape(features: str, dtype: str) -> tuple[int, int, int]:
+    """(vector width in elements, MR rows, NV vectors) for the host's registers."""
+    bits = 512 if "+avx512f" in features.split(",") else 256
+    width = bits // (32 if dtype == "float32" else 64)
+    return (width, 8, 2) if bits == 512 else (width, 4, 2)
+
+
+class GemmBuilder:
+    """Adds the own-GEMM functions to a module (each once, on first use)."""
+
+    def __init__(self, module: ir.Module, features: str):
+        self.module = module
+        self.features = features
+
+    def function(self, form: str, dtype: str) -> ir.Function:
+        name = f"graphc_own_gemm_{form}_{dtype}"
+        if name in self.module.globals:
+            return self.module.globals[name]
+        ty = COMPUTE[dtype]
+        p = ir.PointerType(ty)
+        fnty = ir.FunctionType(VOID, [I64, I64, I64, p, I64, I64, p, I64, p, I64])
+        fn = ir.Function(self.module, fnty, name)
+        fn.linkage = "internal"
+        for i in (3, 6, 8):
+            fn.args[i].add_attribute("noalias")
+        width, mr, nv = shape(self.features, dtype)
+        (_NN if form == "nn" else _NT)(self, fn, ty, width, mr, nv).emit()
+        return fn
+
+
+def _for(b: ir.IRBuilder, start, stop, step: int, body, name: str):
+    """for (i = start; i + step <= stop; i += step) body(i); returns the i it stopped at."""
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    loop = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name)
+    i.add_incoming(start, pre)
+    nxt = b.add(i, ir.Constant(I64, step))
+    b.cbranch(b.icmp_signed("<=", nxt, stop), loop, done)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(nxt, b.block)
+    b.branch(head)
+    b.position_at_end(done)
+    return i
+
+
+class _Tiles:
+    """Shared parts of the two forms: tile dispatch over rows and columns."""
+
+    def __init__(self, gb: GemmBuilder, fn: ir.Function, ty, width: int, mr: int, nv: int):
+        self.gb, self.fn, self.ty = gb, fn, ty
+        self.width, self.mr, self.nv = width, mr, nv
+        self.vty = ir.VectorType(ty, width)
+        self.align = 8 if ty == COMPUTE["float64"] else 4
+        self.fma_s = self._intrinsic("llvm.fma", ty)
+        self.fma_v = self._intrinsic("llvm.fma", self.vty)
+
+    def _intrinsic(self, name, ty):
+        scalar = "f64" if self.ty == COMPUTE["float64"] else "f32"
+        vector = f"v{self.width}" if isinstance(ty, ir.VectorType) else ""
+        mangled = f"{name}.{vector}{scalar}"
+        module = self.gb.module
+        if mangled in module.globals:
+            return module.globals[mangled]
+        return ir.Function(module, ir.FunctionType(ty, [ty, ty, ty]), mangled)
+
+    def tile_function(self, rows: int, cols: int) -> ir.Function:
+        """The kernel of one rows x cols tile (cols in vectors for nn, elements for nt)."""
+        name = f"{self.fn.name}_t{rows}x{cols}"
+        module = self.gb.module
+        if name in module.globals:
+            return module.globals[name]
+        p = ir.PointerType(self.ty)
+        fn = ir.Function(module, ir.FunctionType(VOID, [p, I64, I64, p, I64, p, I64, I64]),
+                         name)
+        fn.linkage = "internal"
+        fn.attributes.add("alwaysinline")
+        for i in (0, 3, 5):
+            fn.args[i].add_attribute("noalias")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        self.tile(b, rows, cols, *fn.args)
+        b.ret_void()
+        return fn
+
+    def rows_of(self, b, M, call_tile):
+        """Full MR-row tiles, then the M % MR rows left in tiles of MR/2, MR/4, ..., 1."""
+        i = _for(b, ir.Constant(I64, 0), M, self.mr, lambda i: call_tile(i, self.mr), "rows")
+        self.halves(b, i, M, self.mr, call_tile, "rows")
+
+    def halves(self, b, i, stop, full, call, name):
+        """From i up to stop (< full away), tiles of full/2, full/4, ..., 1 as they fit."""
+        size = full // 2
+        while size >= 1:
+            fits = b.icmp_signed("<=", b.add(i, ir.Constant(I64, size)), stop)
+            pre = b.block
+            with b.if_then(fits):
+                call(i, size)
+                moved = b.add(i, ir.Constant(I64, size))
+                inside = b.block
+            phi = b.phi(I64, f"{name}{size}")
+            phi.add_incoming(moved, inside)
+            phi.add_incoming(i, pre)
+            i, size = phi, size // 2
+
+    def ptr(self, b, base, offset):
+        return b.gep(base, [offset])
+
+    def vload(self, b, base, offset):
+        p = b.bitcast(self.ptr(b, base, offset), ir.PointerType(self.vty))
+        return b.load(p, align=self.align)
+
+    def vstore(self, b, value, base, offset):
+        p = b.bitcast(self.ptr(b, base, offset), ir.PointerType(self.vty))
+        b.store(value, p, align=self.align)
+
+    def splat(self, b, x):
+        v = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, ir.Constant(I64, 0))
+        return b.shuffle_vector(v, ir.Constant(self.vty, ir.Undefined),
+                                ir.Constant(ir.VectorType(ir.IntType(32), self.width),
+                                            [0] * self.width))
+
+    def zeros(self, b, count, ty):
+        accs = []
+        for _ in range(count):
+            slot = b.alloca(ty)
+            b.store(ir.Constant(ty, None) if isinstance(ty, ir.VectorType)
+                    else ir.Constant(ty, 0.0), slot)
+            accs.append(slot)
+        return accs
+
+
+class _NN(_Tiles):
+    """B row-major: vectors along N, MR rows of A broadcast per k. A single row (a
+    matrix-vector product, a column sum) takes panels of WIDE vectors: longer runs of
+    each row of B, which the hardware prefetcher follows."""
+
+    WIDE = 8
+
+    def emit(self):
+        M, N, K, A, ar, ac, B, ldb, C, ldc = self.fn.args
+        b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        panel = self.width * self.nv
+
+        def columns(j, vectors):
+            def call_tile(i, rows):
+                fn = self.tile_function(rows, vectors)
+                b.call(fn, [self.ptr(b, A, b.mul(i, ar)), ar, ac, self.ptr(b, B, j), ldb,
+                            self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K])
+            self.rows_of(b, M, call_tile)
+
+        zero = ir.Constant(I64, 0)
+        entry = b.block
+        with b.if_then(b.icmp_signed("==", M, ir.Constant(I64, 1))):
+            wide = self.tile_function(1, self.WIDE)
+            j = _for(b, zero, N, self.width * self.WIDE, lambda j: b.call(wide, [
+                A, ar, ac, self.ptr(b, B, j), ldb, self.ptr(b, C, j), ldc, K]), "wide")
+            after = b.block
+        start = b.phi(I64, "start")
+        start.add_incoming(j, after)
+        start.add_incoming(zero, entry)
+        j = _for(b, start, N, panel, lambda j: columns(j, self.nv), "panels")
+        for vectors in range(self.nv - 1, 0, -1):    # what is left: narrower panels
+            j = _for(b, j, N, self.width * vectors, lambda j, v=vectors: columns(j, v),
+                     f"panels{vectors}")
+        # the last < width columns: one column at a time (a tile of 0 vectors)
+        _for(b, j, N, 1, lambda j: columns(j, 0), "columns")
+        b.ret_void()
+
+    def tile(self, b, rows, vectors, A, ar, ac, B, ldb, C, ldc, K):
+        if vectors == 0:
+            return self.column(b, rows, A, ar, ac, B, ldb, C, ldc, K)
+        accs = self.zeros(b, rows * vectors, self.vty)
+
+        def step(k):
+            bv = [self.vload(b, B, b.add(b.mul(k, ldb), ir.Constant(I64, v * self.width)))
+                  for v in range(vectors)]
+            for r in range(rows):
+                a = b.load(self.ptr(b, A, b.add(b.mul(ir.Constant(I64, r), ar),
+                                                b.mul(k, ac))))
+                sa = self.splat(b, a)
+                for v in range(vectors):
+                    slot = accs[r * vectors + v]
+                    b.store(b.call(self.fma_v, [sa, bv[v], b.load(slot)]), slot)
+        _for(b, ir.Constant(I64, 0), K, 1, step, "k")
+        for r in range(rows):
+            for v in range(vectors):
+                self.vstore(b, b.load(accs[r * vectors + v]), C,
+                            b.add(b.mul(ir.Constant(I64, r), ldc),
+                                  ir.Constant(I64, v * self.width)))
+
+
+    def column(self, b, rows, A, ar, ac, B, ldb, C, ldc, K):
+        accs = self.zeros(b, rows, self.ty)
+
+        def step(k):
+            x = b.load(self.ptr(b, B, b.mul(k, ldb)))
+            for r in range(rows):
+                a = b.load(self.ptr(b, A, b.add(b.mul(ir.Constant(I64, r), ar),
+                                                b.mul(k, ac))))
+                b.store(b.call(self.fma_s, [a, x, b.load(accs[r])]), accs[r])
+        _for(b, ir.Constant(I64, 0), K, 1, step, "k")
+        for r in range(rows):
+            b.store(b.load(accs[r]), self.ptr(b, C, b.mul(ir.Constant(I64, r), ldc)))
+
+
+class _NT(_Tiles):
+    """B transposed: each output a dot product along k (A's rows contiguous), tiles of
+    MR rows x COLS columns of C, lanes reduced at the end in a fixed tree order. K must
+    be a multiple of the vector width (own_form asks for a multiple of 16)."""
+
+    COLS = 4
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.mr = 4 if self.width * self.align >= 64 else 2     # 16 or 8 accumulators
+
+    def emit(self):
+        M, N, K, A, ar, ac, B, ldb, C, ldc = self.fn.args
+        b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+
+        def columns(j, cols):
+            def call_tile(i, rows):
+                fn = self.tile_function(rows, cols)
+                b.call(fn, [self.ptr(b, A, b.mul(i, ar)), ar, ac,
+                            self.ptr(b, B, b.mul(j, ldb)), ldb,
+                            self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K])
+            self.rows_of(b, M, call_tile)
+
+        j = _for(b, ir.Constant(I64, 0), N, self.COLS, lambda j: columns(j, self.COLS),
+                 "panels")
+        self.halves(b, j, N, self.COLS, columns, "cols")
+        b.ret_void()
+
+    def tile(self, b, rows, cols, A, ar, ac, B, ldb, C, ldc, K):
+        w = self.width
+        accs = self.zeros(b, rows * cols, self.vty)
+
+        def step(k):
+            av = [self.vload(b, A, b.add(b.mul(ir.Constant(I64, r), ar), k))
+                  for r in range(rows)]
+            for c in range(cols):
+                bv = self.vload(b, B, b.add(b.mul(ir.Constant(I64, c), ldb), k))
+                for r in range(rows):
+                    slot = accs[r * cols + c]
+                    b.store(b.call(self.fma_v, [av[r], bv, b.load(slot)]), slot)
+        _for(b, ir.Constant(I64, 0), K, w, step, "k")       # K: a multiple of w
+        sums = [self.reduce(b, b.load(slot)) for slot in accs]
+        for r in range(rows):
+            for c in range(cols):
+                b.store(sums[r * cols + c],
+                        self.ptr(b, C, b.add(b.mul(ir.Constant(I64, r), ldc),
+                                             ir.Constant(I64, c))))
+
+    def reduce(self, b, v):
+        """Sum of the lanes: halves added pairwise (a fixed order)."""
+        n = self.width
+        while n > 1:
+            n //= 2
+            lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n),
+                                                    list(range(n))))
+            hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n),
+                                                    list(range(n, 2 * n))))
+            v = b.fadd(lo, hi)
+        return b.extract_element(v, ir.Constant(I64, 0))
