@@ -87,16 +87,18 @@ def _dot_general(lhs, rhs, out, g, attrs):
     g_lfree = tuple(range(nb, nb + len(lfree)))
     g_rfree = tuple(range(nb + len(lfree), g.ndim))
 
-    def contract(other, g_dims, other_dims, other_batch, own_batch, own_free, own_c, other_c):
-        res = bind("dot_general", g, other, lhs_contracting=g_dims,
-                   rhs_contracting=tuple(other_dims), lhs_batch=g_batch,
-                   rhs_batch=tuple(other_batch))
-        order = list(own_batch) + list(own_free) + [own_c[other_c.index(d)]
-                                                    for d in sorted(other_c)]
+    def order_to(res, order):
         return F.transpose(res, [order.index(i) for i in range(len(order))])
 
-    g_lhs = contract(rhs, g_rfree, rfree, rb, lb, lfree, lc, rc)
-    g_rhs = contract(lhs, g_lfree, lfree, lb, rb, rfree, rc, lc)
+    # lhs's gradient: g @ rhs^T, laid out (batch, lhs free, contracting); rhs's: lhs^T @ g,
+    # with lhs first so that it comes out (batch, contracting, rhs free), a matmul's
+    # weight gradient needing no transpose
+    g_lhs = bind("dot_general", g, rhs, lhs_contracting=g_rfree, rhs_contracting=tuple(rfree),
+                 lhs_batch=g_batch, rhs_batch=tuple(rb))
+    g_lhs = order_to(g_lhs, list(lb) + lfree + [lc[rc.index(d)] for d in sorted(rc)])
+    g_rhs = bind("dot_general", lhs, g, lhs_contracting=tuple(lfree), rhs_contracting=g_lfree,
+                 lhs_batch=tuple(lb), rhs_batch=g_batch)
+    g_rhs = order_to(g_rhs, list(rb) + [rc[lc.index(d)] for d in sorted(lc)] + rfree)
     return g_lhs, g_rhs
 
 

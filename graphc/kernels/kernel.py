@@ -621,6 +621,26 @@ def kernel_loads(kernel) -> list[Load]:
         return _whole_loads(kernel.operands)
     if isinstance(kernel, CollectiveKernel):
         return _whole_loads([kernel.src])
+    exprs = []
+    if isinstance(kernel, LoopKernel):
+        exprs = [s.value for s in kernel.stores]
+    elif isinstance(kernel, RowKernel):
+        exprs = [r.value for r in kernel.reductions] + [s.value for s in
+                                                        kernel.row_stores + kernel.full_stores]
+    elif isinstance(kernel, DotKernel):
+        exprs = [kernel.lhs, kernel.rhs] + [s.value for s in kernel.epilogue]
+    elif isinstance(kernel, ConvKernel):
+        exprs = [kernel.term] + [s.value for s in kernel.epilogue]
+    elif isinstance(kernel, ScatterKernel):
+        exprs = [s.value for s in kernel.copy.stores] + [kernel.update] + \
+            [t.value for t in kernel.target if isinstance(t, ix.IFromValue)]
+        return loads_of(exprs, kernel.target)
+    return loads_of(exprs)
+
+
+def loads_of(exprs, indices=()) -> list[Load]:
+    """Every Load under the value expressions `exprs` and the index expressions
+    `indices` (gathers read data in their indices)."""
     found, seen = [], set()
 
     def walk(e):
@@ -648,23 +668,10 @@ def kernel_loads(kernel) -> list[Load]:
             if hasattr(i, f):
                 walk_index(getattr(i, f))
 
-    exprs = []
-    if isinstance(kernel, LoopKernel):
-        exprs = [s.value for s in kernel.stores]
-    elif isinstance(kernel, RowKernel):
-        exprs = [r.value for r in kernel.reductions] + [s.value for s in
-                                                        kernel.row_stores + kernel.full_stores]
-    elif isinstance(kernel, DotKernel):
-        exprs = [kernel.lhs, kernel.rhs] + [s.value for s in kernel.epilogue]
-    elif isinstance(kernel, ConvKernel):
-        exprs = [kernel.term] + [s.value for s in kernel.epilogue]
-    elif isinstance(kernel, ScatterKernel):
-        exprs = [s.value for s in kernel.copy.stores] + [kernel.update] + \
-            [t.value for t in kernel.target if isinstance(t, ix.IFromValue)]
-        for t in kernel.target:
-            walk_index(t)
     for e in exprs:
         walk(e)
+    for i in indices:
+        walk_index(i)
     return found
 
 

@@ -318,6 +318,14 @@ def _identity_access(group, value_node, var_node, target, source_buffer, dests) 
     store_index = [s.index for s in K.kernel_stores(kern) if s.buffer is target]
     if len(store_index) != 1:
         return False
+    if isinstance(kern, K.DotKernel) and kern.out is not target:
+        # the epilogue runs on the finished product (element by element, or row by row
+        # after the row's sums): in place when the operands do not read the variable
+        # and the epilogue reads it only where it writes it (an optimizer's update)
+        if any(ld.buffer is target for ld in K.loads_of([kern.lhs, kern.rhs])):
+            return False
+        return all(tuple(ld.index) == tuple(store_index[0]) for ld in
+                   K.loads_of([s.value for s in kern.epilogue]) if ld.buffer is target)
     if not isinstance(kern, (K.LoopKernel, K.RowKernel)):
         return all(ld.buffer is not target for ld in K.kernel_loads(kern))
     return all(tuple(ld.index) == tuple(store_index[0])
