@@ -175,6 +175,19 @@ BLAS_CHUNK_MIN_FLOPS = 1 << 21   # a BLAS product's chunks each keep this much w
 # OpenBLAS's standard kernels: every element is summed in the same order for any split)
 
 
+COSTLY_WEIGHT = 8                # element-steps an element of each expensive op (exp,
+# tanh, logistic, ...) counts for: an LSTM's gates (32 x 256, three sigmoids and two
+# tanh) then run on every thread
+
+
+def _expensive_ops(stores) -> int:
+    """How many distinct expensive primitives (kernel.EXPENSIVE) the stores evaluate."""
+    exprs: dict = {}
+    for s in stores:
+        K._walk(s.value, exprs)
+    return sum(1 for e in exprs.values() if isinstance(e, K.Prim) and e.op in K.EXPENSIVE)
+
+
 def split_work(kern, threads: int):
     """(the work a split kernel must have for threads to pay, the least such work): an
     int or, in a symbolic program, a Dim that the code compares at the call (a split
@@ -183,7 +196,7 @@ def split_work(kern, threads: int):
         return _extent(kern.batch_vars + kern.m_vars + kern.n_vars + kern.k_vars), \
             BLAS_CHUNK_MIN_FLOPS * threads
     if isinstance(kern, K.LoopKernel):
-        work = _extent(kern.loop_vars)
+        work = _extent(kern.loop_vars) * (1 + COSTLY_WEIGHT * _expensive_ops(kern.stores))
     elif isinstance(kern, K.RowKernel):
         red = _extent(kern.reduced_vars)
         work = _extent(kern.kept_vars) * (red if isinstance(red, Dim) else max(red, 1)) * \
