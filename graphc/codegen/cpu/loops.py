@@ -10,6 +10,7 @@ from graphc_runtime.errors import CompileError
 
 from ...kernels import index as ix
 from ...kernels import kernel as K
+from . import interior
 from .dots import DotEmitter
 from .reductions import ReductionEmitter
 from .symbols import emit_dim
@@ -32,6 +33,8 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
         self.stash: dict = {}          # expr id -> row scratch holding its values
         self.row_lin = None            # linear index within the row, while in a row loop
         self.hoisted: list = []        # concatenate choices to decide outside inner loops
+        self.splits: dict = {}         # innermost variable -> guards its interior drops
+        self.trivial: set = set()      # guards that hold where the code is emitted
         self.resolved: dict = {}       # id(Choose) -> the part chosen by an outer branch
         self.bound: set = set()        # loop variables bound by the enclosing loops
         self.symbols: dict = {}        # symbol name -> its i64 value (this function's argument)
@@ -56,6 +59,25 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
             if id(choice) not in self.resolved and ix.variables(choice.index) <= self.bound:
                 return self._unswitch(choice, vars_, body)
         v = vars_[0]
+        begin, end = self.bounds.get(v.name, (ir.Constant(I64, 0), self.dim(ix.extent_of(v))))
+        span = interior.interval(v, self.splits[v.name]) \
+            if len(vars_) == 1 and v.name in self.splits else None
+        if span is None:
+            return self._counted(v, begin, end, vars_, body)
+        # [begin, L) and [H, end) as written; [L, H) with v's guards dropped
+        b = self.b
+        smax = lambda x, y: b.select(b.icmp_signed(">", x, y), x, y)   # noqa: E731
+        smin = lambda x, y: b.select(b.icmp_signed("<", x, y), x, y)   # noqa: E731
+        low = smin(smax(begin, ir.Constant(I64, span[0])), end)
+        high = smax(smin(end, ir.Constant(I64, span[1])), low)
+        self._counted(v, begin, low, vars_, body)
+        self.trivial = set(self.splits[v.name])
+        self._counted(v, low, high, vars_, body)
+        self.trivial = set()
+        self._counted(v, high, end, vars_, body)
+
+    def _counted(self, v, begin, end, vars_, body) -> None:
+        """for v in [begin, end): the loops of vars_[1:] around body."""
         b = self.b
         pre = b.block
         head = b.append_basic_block(f"{v.name}.head")
@@ -64,7 +86,6 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
         b.branch(head)
         b.position_at_end(head)
         i = b.phi(I64, v.name)
-        begin, end = self.bounds.get(v.name, (ir.Constant(I64, 0), self.dim(ix.extent_of(v))))
         i.add_incoming(begin, pre)
         b.cbranch(b.icmp_signed("<", i, end), loop, done)
         b.position_at_end(loop)
@@ -116,10 +137,15 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
     def kernel(self, k) -> None:
         if isinstance(k, K.LoopKernel):
             self.hoisted = hoistable_choices(k)
+            self.splits = interior.guards([s.value for s in k.stores] +
+                                          [K.Load("int64", s.buffer, s.index) for s in k.stores])
             self.outer_loops(k.loop_vars, lambda: self.stores(k.stores))
-            self.hoisted = []
+            self.hoisted, self.splits = [], {}
         elif isinstance(k, K.RowKernel):
+            self.splits = interior.guards([r.value for r in k.reductions] +
+                                          [s.value for s in k.full_stores])
             self.outer_loops(k.kept_vars, lambda: self.row(k))
+            self.splits = {}
         elif isinstance(k, K.DotKernel):
             self.dot(k)
         elif isinstance(k, K.ConvKernel):
@@ -187,6 +213,8 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
             return b.select(neg, b.add(r, ir.Constant(I64, e.c)), r)
         if isinstance(e, ix.IClamp):
             a = self.index(e.a)
+            if e in self.trivial:
+                return a
             lo = self.dim(e.low) if e.low is not None else ir.Constant(I64, e.lo)
             hi = self.dim(e.high) if e.high is not None else ir.Constant(I64, e.hi)
             a = b.select(b.icmp_signed("<", a, lo), lo, a)

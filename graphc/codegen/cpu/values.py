@@ -142,6 +142,8 @@ class ValueEmitter:
 
     def in_range(self, e: K.InRange):
         b = self.b
+        if e in self.trivial:             # inside the interior of a split loop
+            return ir.Constant(I1, 1)
         i = self.index(e.index)
         conds = []
         if isinstance(e.lo, Dim) or e.index.lo < e.lo:
