@@ -38,6 +38,23 @@ def sample_ms(fn, repeat: int, warmup: int = 1):
     return statistics.median(times) * 1e3, min(times) * 1e3
 
 
+def interleaved_ms(fns: dict, repeat: int, settle_s: float = 0.005) -> dict:
+    """{name: median milliseconds} of `repeat` rounds, each round calling every fn once
+    in turn (a short pause between them lets another library's spinning threads go
+    idle): on a shared machine all of them see the same load, so their ratios hold even
+    when the absolute times drift."""
+    for fn in fns.values():
+        fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            time.sleep(settle_s)
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+
+
 def bracketed_ms(fn, probe, repeat: int):
     """The workload's (median, best) and the best of a machine-limit probe timed right
     before and right after it, each run back to back like the workload (these machines

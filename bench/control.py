@@ -20,9 +20,9 @@ import numpy as np
 import graphc as gc
 
 
-def _time(fn, repeat):
-    from .__main__ import median_ms
-    return median_ms(fn, repeat)
+def interleaved_ms(fns, repeat):
+    from .__main__ import interleaved_ms
+    return interleaved_ms(fns, repeat)
 
 
 # -- W9: LSTM training step ------------------------------------------------------------
@@ -215,13 +215,14 @@ def run(repeat: int = 5, quick: bool = False) -> list[dict]:
     T, B, H = d["xs"].shape
     lstm_graphc(lstm_data(T=4 * T, B=B, H=H, seed=1))
     compile_4x = time.perf_counter() - t0
-    g_ms = _time(lambda: step(xs=d["xs"], target=d["target"]), repeat)
-    row = {"workload": f"W9 LSTM step T={T} B={B} H={H}", "graphc_ms": g_ms,
-           "compile_s": compile_s, "compile_s_4x_steps": compile_4x}
+    fns = {"graphc": lambda: step(xs=d["xs"], target=d["target"])}
     if have_torch:
-        row["torch_ms"] = _time(lstm_torch(d), repeat)
+        fns["torch"] = lstm_torch(d)
     if have_jax:
-        row["jax_ms"] = _time(lstm_jax(d), repeat)
+        fns["jax"] = lstm_jax(d)
+    row = {"workload": f"W9 LSTM step T={T} B={B} H={H}", "compile_s": compile_s,
+           "compile_s_4x_steps": compile_4x}
+    row.update({f"{name}_ms": ms for name, ms in interleaved_ms(fns, repeat).items()})
     rows.append(row)
 
     n = 64 if quick else 128
@@ -232,12 +233,13 @@ def run(repeat: int = 5, quick: bool = False) -> list[dict]:
     out = solve(b=b)
     x_np, k_np = cg_numpy(b)
     err = float(np.abs(_laplacian_np(out["x"]) - b).max() / np.abs(b).max())
-    row = {"workload": f"W10 CG Poisson {n}x{n}", "graphc_ms": _time(lambda: solve(b=b), repeat),
-           "steps": int(out["steps"]), "numpy_steps": k_np, "residual": err,
-           "compile_s": compile_s, "numpy_ms": _time(lambda: cg_numpy(b), repeat)}
+    fns = {"graphc": lambda: solve(b=b), "numpy": lambda: cg_numpy(b)}
     if have_jax:
         jsolve = cg_jax()
-        row["jax_ms"] = _time(lambda: jsolve(b)[0].block_until_ready(), repeat)
+        fns["jax"] = lambda: jsolve(b)[0].block_until_ready()
+    row = {"workload": f"W10 CG Poisson {n}x{n}", "steps": int(out["steps"]),
+           "numpy_steps": k_np, "residual": err, "compile_s": compile_s}
+    row.update({f"{name}_ms": ms for name, ms in interleaved_ms(fns, repeat).items()})
     rows.append(row)
     return rows
 
@@ -246,7 +248,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--quick", action="store_true", help="smaller problems, fewer repeats")
     args = p.parse_args(argv)
-    rows = run(repeat=3 if args.quick else 5, quick=args.quick)
+    rows = run(repeat=3 if args.quick else 15, quick=args.quick)
     for r in rows:
         line = f"{r['workload']:<32} graphc {r['graphc_ms']:9.2f} ms"
         for peer in ("numpy", "torch", "jax"):
