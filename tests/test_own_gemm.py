@@ -27,7 +27,9 @@ def _check(exe, feeds, expected, dtype):
 
 # (M, K, N): full tiles, row tails (M % 8), column tails (N % 32, % 16, < 16)
 NN_SHAPES = [(32, 256, 1024), (4, 64, 32), (13, 40, 70), (9, 33, 47), (127, 100, 33),
-             (5, 1000, 48), (8, 1, 4096), (1, 2048, 1024), (1, 300, 200)]
+             (5, 1000, 48), (8, 1, 4096), (1, 2048, 1024), (1, 300, 200),
+             (20, 2500, 40), (9, 1025, 33), (64, 3000, 64),     # k in blocks of 1024
+             (16, 40, 9000)]                                    # B packed (over 1 MB)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -115,7 +117,8 @@ def test_where_the_own_kernels_are_chosen():
     assert own_form(plan(2048, 1024, 256)) is None       # OpenBLAS's packed kernels
     assert own_form(plan(1, 1024, 2048)) == "nn"         # a matrix-vector product
     assert own_form(plan(2, 1024, 256)) is None
-    assert own_form(plan(32, 1024, 4096)) is None        # B much larger than the cache
+    assert own_form(plan(32, 1024, 4096)) == "nn"        # in blocks of k
+    assert own_form(plan(32, 16, 256)) is None           # too few columns
     assert own_form(plan(32, 256, 1024, tb=112)) == "nt"
     assert own_form(plan(32, 256, 1000, tb=112)) is None  # K not a multiple of 16
     assert own_form(plan(32, 256, 1024, ta=112, tb=112)) is None
@@ -162,7 +165,8 @@ def test_kernels_for_each_register_layout(features):
     engine, kernels = _jit_kernels(features)
     rng = np.random.default_rng(4)
     for (form, dtype), fn in kernels.items():
-        for m, n, k in [(1, 300, 48), (3, 5, 16), (9, 33, 32), (17, 70, 64), (8, 16, 16)]:
+        for m, n, k in [(1, 300, 48), (3, 5, 16), (9, 33, 32), (17, 70, 64), (8, 16, 16),
+                        (9, 40, 2048), (20, 9000, 64)]:        # k in blocks; B packed
             a = rng.standard_normal((m, k + 3)).astype(dtype)      # lda = k + 3
             bmat = rng.standard_normal((k, n) if form == "nn" else (n, k)).astype(dtype)
             c = np.full((m, n + 2), -7.0, dtype)                   # ldc = n + 2

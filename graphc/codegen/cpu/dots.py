@@ -66,14 +66,16 @@ def blas_plan(k: "K.DotKernel"):
 
 
 def own_form(plan) -> str | None:
-    """'nn' or 'nt' where graphc's own kernels (gemm.py) beat OpenBLAS, else None:
-    few rows of C against a weight that stays in cache (measured on 2 AVX-512 cores:
-    32 x 256 @ 256 x 1024 at 95-110 GFLOP/s a core against OpenBLAS's 50; from about 256
-    rows, or K beyond 1024, OpenBLAS's packed kernels are as fast or faster), and one row
-    (a matrix-vector product or a column sum: 1 x 2048 @ 2048 x 1024 in 0.19 ms against
-    0.91 ms inside a program)."""
+    """'nn' or 'nt' where graphc's own kernels (gemm.py) beat OpenBLAS, else None.
+    Measured on 2 AVX-512 cores, inside programs: up to 128 rows of C the own nn form
+    runs 1.1-1.8x OpenBLAS's speed (32 x 256 @ 256 x 1024: 200 vs 115-150 GFLOP/s; a
+    convolution's 32 x 288 @ 288 x 32768: 103 vs 82; 32 x 4096 @ 4096 x 1024: 126 vs
+    103), one row (a matrix-vector product, a column sum: 1 x 2048 @ 2048 x 1024 in
+    0.19 ms against 0.91); from a few hundred rows the two are within 10% either way,
+    and OpenBLAS keeps them. The nt form up to 64 rows (32 x 1024 @ (256 x 1024)^T at
+    about 2x)."""
     M, N, Kd = (hint(plan[d]) for d in "MNK")
-    if plan["trans_b"] == 111 and (4 <= M <= 128 and Kd <= 1024 or M == 1) and N >= 32:
+    if plan["trans_b"] == 111 and (4 <= M <= 128 or M == 1) and N >= 32:
         return "nn"
     if plan["trans_b"] == 112 and plan["trans_a"] == 111 and M <= 64 and N >= 4 and \
             isinstance(plan["K"], int) and 64 <= Kd <= 4096 and Kd % 16 == 0:
