@@ -18,9 +18,13 @@ C[i, j] = sum_k A[i*a_row + k*a_col] * B[...] for i < M, j < N.
 """
 from __future__ import annotations
 
+import functools
+
 import llvmlite.ir as ir
 
 from .types import COMPUTE, I64, VOID
+
+PREFIX = "graphc_own_gemm_"
 
 
 def shape(features: str, dtype: str) -> tuple[int, int, int]:
@@ -28,6 +32,34 @@ def shape(features: str, dtype: str) -> tuple[int, int, int]:
     bits = 512 if "+avx512f" in features.split(",") else 256
     width = bits // (32 if dtype == "float32" else 64)
     return (width, 8, 2) if bits == 512 else (width, 4, 2)
+
+
+def declare(module: ir.Module, form: str, dtype: str) -> ir.Function:
+    """The own-GEMM function `form` ('nn' / 'nt') for `dtype`, declared in a program's
+    module; NativeModule links its optimized body in (see optimized_ir)."""
+    name = f"{PREFIX}{form}_{dtype}"
+    if name in module.globals:
+        return module.globals[name]
+    p = ir.PointerType(COMPUTE[dtype])
+    return ir.Function(module, ir.FunctionType(VOID, [I64, I64, I64, p, I64, I64, p, I64, p,
+                                                      I64]), name)
+
+
+@functools.cache
+def optimized_ir(name: str, features: str, opt_level: int) -> str:
+    """The LLVM IR of the own-GEMM function `name`, built and optimized once per process
+    (every program that calls it links this copy in: its 0.3 s of LLVM work is not
+    repeated per compile)."""
+    from graphc_runtime.cpu import host_target_machine, llvm
+
+    from .. import llvm_features
+    form, dtype = name[len(PREFIX):].split("_", 1)
+    module = ir.Module(name)
+    GemmBuilder(module, features).function(form, dtype).linkage = "external"
+    b = llvm()
+    parsed = b.parse_assembly(str(module))
+    llvm_features.optimize(parsed, host_target_machine(opt_level), opt_level)
+    return str(parsed)
 
 
 class GemmBuilder:
@@ -38,7 +70,7 @@ class GemmBuilder:
         self.features = features
 
     def function(self, form: str, dtype: str) -> ir.Function:
-        name = f"graphc_own_gemm_{form}_{dtype}"
+        name = f"{PREFIX}{form}_{dtype}"
         if name in self.module.globals:
             return self.module.globals[name]
         ty = COMPUTE[dtype]

@@ -14,7 +14,7 @@ from ...kernels import index as ix
 from ...kernels import kernel as K
 from .. import llvm_features
 from .control import ControlBuilder, ControlEntry
-from .gemm import GemmBuilder
+from . import gemm
 from .loops import Emitter
 from .parallel import ParallelBuilder, split_var, split_work
 from .profiling import Profiling
@@ -71,9 +71,9 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         return ir.Function(self.module, fnty, name)
 
     def own_gemm(self, form: str, dtype: str):
-        """graphc's own GEMM kernel of this form ('nn' / 'nt', see gemm.py)."""
-        from graphc_runtime.cpu import host_features
-        return GemmBuilder(self.module, host_features()).function(form, dtype)
+        """graphc's own GEMM kernel of this form ('nn' / 'nt', see gemm.py), declared:
+        NativeModule links in its body."""
+        return gemm.declare(self.module, form, dtype)
 
     def libm(self, op: str, ty):
         sym = LIBM[op][0 if ty == F32 else 1]
@@ -355,6 +355,10 @@ class NativeModule:
             raise CompileError(f"generated LLVM IR is invalid: {e}") from None
         self.target_machine = host_target_machine(opt_level)
         llvm_features.optimize(module, self.target_machine, opt_level)
+        for fn in list(module.functions):        # graphc's own GEMM kernels, optimized once
+            if fn.is_declaration and fn.name.startswith(gemm.PREFIX):
+                module.link_in(b.parse_assembly(
+                    gemm.optimized_ir(fn.name, host_features(), opt_level)))
         self.module = module
         self.optimized_ir = str(module)
         self.object_code = self.target_machine.emit_object(module)
