@@ -29,7 +29,8 @@ def _check(exe, feeds, expected, dtype):
 NN_SHAPES = [(32, 256, 1024), (4, 64, 32), (13, 40, 70), (9, 33, 47), (127, 100, 33),
              (5, 1000, 48), (8, 1, 4096), (1, 2048, 1024), (1, 300, 200),
              (20, 2500, 40), (9, 1025, 33), (64, 3000, 64),     # k in blocks of 1024
-             (16, 40, 9000)]                                    # B packed (over 1 MB)
+             (16, 40, 9000),                                    # B packed (over 1 MB)
+             (300, 70, 130), (1000, 200, 64)]                   # rows in blocks of 128
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -115,6 +116,7 @@ def test_where_the_own_kernels_are_chosen():
                                             "trans_b": tb}
     assert own_form(plan(32, 1024, 256)) == "nn"
     assert own_form(plan(2048, 1024, 256)) is None       # OpenBLAS's packed kernels
+    assert own_form(plan(2048, 64, 256)) == "nn"         # few columns, many rows
     assert own_form(plan(1, 1024, 2048)) == "nn"         # a matrix-vector product
     assert own_form(plan(2, 1024, 256)) is None
     assert own_form(plan(32, 1024, 4096)) == "nn"        # in blocks of k

@@ -71,11 +71,13 @@ def own_form(plan) -> str | None:
     runs 1.1-1.8x OpenBLAS's speed (32 x 256 @ 256 x 1024: 200 vs 115-150 GFLOP/s; a
     convolution's 32 x 288 @ 288 x 32768: 103 vs 82; 32 x 4096 @ 4096 x 1024: 126 vs
     103), one row (a matrix-vector product, a column sum: 1 x 2048 @ 2048 x 1024 in
-    0.19 ms against 0.91); from a few hundred rows the two are within 10% either way,
-    and OpenBLAS keeps them. The nt form up to 64 rows (32 x 1024 @ (256 x 1024)^T at
-    about 2x)."""
+    0.19 ms against 0.91), and up to 256 columns whatever the rows (256 x 128 @ 128 x 64
+    to 4096 x 256 @ 256 x 32: 1.1-1.4x); with more of both the two are within 10% either
+    way, and OpenBLAS keeps them. The nt form up to 64 rows (32 x 1024 @ (256 x 1024)^T
+    at about 2x)."""
     M, N, Kd = (hint(plan[d]) for d in "MNK")
-    if plan["trans_b"] == 111 and (4 <= M <= 128 or M == 1) and N >= 32:
+    if plan["trans_b"] == 111 and (4 <= M <= 128 or M == 1 or M >= 4 and N <= 256) and \
+            N >= 32:
         return "nn"
     if plan["trans_b"] == 112 and plan["trans_a"] == 111 and M <= 64 and N >= 4 and \
             isinstance(plan["K"], int) and 64 <= Kd <= 4096 and Kd % 16 == 0:
