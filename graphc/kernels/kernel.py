@@ -470,6 +470,15 @@ def _walk(e, out: dict):
             _walk(a, out)
 
 
+def value_exprs(exprs) -> list:
+    """Every distinct value expression under `exprs` (operands of primitives and the
+    parts of concatenate choices; indices not entered)."""
+    out: dict = {}
+    for e in exprs:
+        _walk(e, out)
+    return list(out.values())
+
+
 def _expensive(e, memo) -> bool:
     if id(e) not in memo:
         if isinstance(e, Choose):
@@ -632,9 +641,8 @@ def kernel_loads(kernel) -> list[Load]:
     elif isinstance(kernel, ConvKernel):
         exprs = [kernel.term] + [s.value for s in kernel.epilogue]
     elif isinstance(kernel, ScatterKernel):
-        exprs = [s.value for s in kernel.copy.stores] + [kernel.update] + \
-            [t.value for t in kernel.target if isinstance(t, ix.IFromValue)]
-        return loads_of(exprs, kernel.target)
+        exprs = [s.value for s in kernel.copy.stores] + [kernel.update]
+        return loads_of(exprs, kernel.target)     # the target's gathered indices too
     return loads_of(exprs)
 
 

@@ -324,12 +324,12 @@ def _identity_access(group, value_node, var_node, target, source_buffer, dests) 
         # and the epilogue reads it only where it writes it (an optimizer's update)
         if any(ld.buffer is target for ld in K.loads_of([kern.lhs, kern.rhs])):
             return False
-        return all(tuple(ld.index) == tuple(store_index[0]) for ld in
-                   K.loads_of([s.value for s in kern.epilogue]) if ld.buffer is target)
-    if not isinstance(kern, (K.LoopKernel, K.RowKernel)):
+        loads = K.loads_of([s.value for s in kern.epilogue])
+    elif isinstance(kern, (K.LoopKernel, K.RowKernel)):
+        loads = K.kernel_loads(kern)
+    else:
         return all(ld.buffer is not target for ld in K.kernel_loads(kern))
-    return all(tuple(ld.index) == tuple(store_index[0])
-               for ld in K.kernel_loads(kern) if ld.buffer is target)
+    return all(tuple(ld.index) == tuple(store_index[0]) for ld in loads if ld.buffer is target)
 
 
 def _in_place_pairs(kernels, last) -> list:

@@ -22,7 +22,7 @@ import functools
 
 import llvmlite.ir as ir
 
-from .types import COMPUTE, I64, VOID
+from .types import COMPUTE, I64, VOID, _mangle
 
 PREFIX = "graphc_own_gemm_"
 
@@ -34,15 +34,19 @@ def shape(features: str, dtype: str) -> tuple[int, int, int]:
     return (width, 8, 2) if bits == 512 else (width, 4, 2)
 
 
+def _signature(dtype: str) -> ir.FunctionType:
+    """void f(M, N, K, A, a_row, a_col, B, ldb, C, ldc)."""
+    p = ir.PointerType(COMPUTE[dtype])
+    return ir.FunctionType(VOID, [I64, I64, I64, p, I64, I64, p, I64, p, I64])
+
+
 def declare(module: ir.Module, form: str, dtype: str) -> ir.Function:
     """The own-GEMM function `form` ('nn' / 'nt') for `dtype`, declared in a program's
     module; NativeModule links its optimized body in (see optimized_ir)."""
     name = f"{PREFIX}{form}_{dtype}"
     if name in module.globals:
         return module.globals[name]
-    p = ir.PointerType(COMPUTE[dtype])
-    return ir.Function(module, ir.FunctionType(VOID, [I64, I64, I64, p, I64, I64, p, I64, p,
-                                                      I64]), name)
+    return ir.Function(module, _signature(dtype), name)
 
 
 @functools.cache
@@ -74,9 +78,7 @@ class GemmBuilder:
         if name in self.module.globals:
             return self.module.globals[name]
         ty = COMPUTE[dtype]
-        p = ir.PointerType(ty)
-        fnty = ir.FunctionType(VOID, [I64, I64, I64, p, I64, I64, p, I64, p, I64])
-        fn = ir.Function(self.module, fnty, name)
+        fn = ir.Function(self.module, _signature(dtype), name)
         fn.linkage = "internal"
         fn.attributes.add("noinline")       # optimized once, however many dots call it
         for i in (3, 6, 8):
@@ -136,9 +138,8 @@ class _Tiles:
         self.fma_v = self._intrinsic("llvm.fma", self.vty)
 
     def _intrinsic(self, name, ty):
-        scalar = "f64" if self.ty == COMPUTE["float64"] else "f32"
         vector = f"v{self.width}" if isinstance(ty, ir.VectorType) else ""
-        mangled = f"{name}.{vector}{scalar}"
+        mangled = f"{name}.{vector}{_mangle(self.ty)}"
         module = self.gb.module
         if mangled in module.globals:
             return module.globals[mangled]
@@ -324,7 +325,6 @@ class _NN(_Tiles):
                 self.vstore(b, b.load(accs[r * vectors + v]), C,
                             b.add(b.mul(ir.Constant(I64, r), ldc),
                                   ir.Constant(I64, v * self.width)))
-
 
     def column(self, b, rows, A, ar, ac, B, ldb, C, ldc, K, more):
         accs = self.zeros(b, rows, self.ty)

@@ -18,20 +18,17 @@ from ...kernels import kernel as K
 MIN_INTERIOR = 8      # a shorter interior is not worth a second copy of the loop body
 
 
-def guards(exprs) -> dict:
-    """{loop variable name: [IClamp / InRange guards affine in that variable alone]}."""
+def guards(exprs, indices=()) -> dict:
+    """{loop variable name: [IClamp / InRange guards affine in that variable alone]} in
+    the value expressions `exprs` and the index expressions `indices` (stores')."""
     found: dict = {}
-    seen: set = set()
 
     def index(e):
         for sub in ix.subexpressions(e):
             if isinstance(sub, ix.IClamp) and sub.low is None and sub.high is None:
                 _add(found, sub, sub.a)
 
-    def walk(e):
-        if id(e) in seen:
-            return
-        seen.add(id(e))
+    for e in K.value_exprs(exprs):
         if isinstance(e, K.Load):
             for i in e.index:
                 index(i)
@@ -41,12 +38,8 @@ def guards(exprs) -> dict:
                 _add(found, e, e.index)
         elif isinstance(e, (K.IndexValue, K.Choose)):
             index(e.index)
-        for f in ("args", "parts"):
-            for x in getattr(e, f, ()):
-                if isinstance(x, K.VExpr):
-                    walk(x)
-    for e in exprs:
-        walk(e)
+    for i in indices:
+        index(i)
     return found
 
 

@@ -137,8 +137,8 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
     def kernel(self, k) -> None:
         if isinstance(k, K.LoopKernel):
             self.hoisted = hoistable_choices(k)
-            self.splits = interior.guards([s.value for s in k.stores] +
-                                          [K.Load("int64", s.buffer, s.index) for s in k.stores])
+            self.splits = interior.guards([s.value for s in k.stores],
+                                          [i for s in k.stores for i in s.index])
             self.outer_loops(k.loop_vars, lambda: self.stores(k.stores))
             self.hoisted, self.splits = [], {}
         elif isinstance(k, K.RowKernel):

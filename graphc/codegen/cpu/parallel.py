@@ -182,10 +182,8 @@ COSTLY_WEIGHT = 8                # element-steps an element of each expensive op
 
 def _expensive_ops(stores) -> int:
     """How many distinct expensive primitives (kernel.EXPENSIVE) the stores evaluate."""
-    exprs: dict = {}
-    for s in stores:
-        K._walk(s.value, exprs)
-    return sum(1 for e in exprs.values() if isinstance(e, K.Prim) and e.op in K.EXPENSIVE)
+    return sum(1 for e in K.value_exprs([s.value for s in stores])
+               if isinstance(e, K.Prim) and e.op in K.EXPENSIVE)
 
 
 def split_work(kern, threads: int):
