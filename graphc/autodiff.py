@@ -14,6 +14,7 @@ from graphc_runtime.errors import DTypeError, GraphcError, ShapeError
 
 from . import functions as F
 from .api import Tensor, as_tensor, bind
+from .tensor import constant
 from .ir import dtypes
 from .control_vjp import CONTROL_RULES
 from .ir.ops.control import output_types
@@ -156,6 +157,17 @@ def _slice(x, out, g, attrs):
                  value=0.0),)
 
 
+def _window_view(x, out, g, attrs):
+    """Transpose of window_view: each gradient element added at the position it read."""
+    from .ir.ops.shape import window_positions
+    lead = x.shape[:-1]
+    pos = window_positions(attrs["sizes"], attrs["strides"]).reshape(-1)
+    flat = bind("reshape", g, new_sizes=tuple(lead) + (pos.size,))
+    idx = constant(pos, graph=x.graph)
+    return (bind("scatter_add", _zeros(x.shape, x.dtype, x.graph), idx, flat,
+                 axis=x.ndim - 1),)
+
+
 def _pad(x, out, g, attrs):
     low, high, interior = attrs["low"], attrs["high"], attrs["interior"]
     if any(v < 0 for v in low + high):
@@ -233,6 +245,7 @@ RULES = {
     "slice": _slice,
     "pad": _pad,
     "concatenate": _concatenate,
+    "window_view": _window_view,
     "reverse": lambda x, out, g, a: (bind("reverse", g, dimensions=a["dimensions"]),),
     "reduce_sum": lambda x, out, g, a: (_rebroadcast(g, x, a["axes"]),),
     "reduce_max": _reduce_extreme,

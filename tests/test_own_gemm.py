@@ -127,8 +127,8 @@ def test_where_the_own_kernels_are_chosen():
 
 
 def _jit_kernels(features):
-    """The four own-GEMM functions built for `features`' register layout, compiled for
-    this machine: {(form, dtype): callable}."""
+    """The own-GEMM functions (nn, nt, nnw) built for `features`' register layout,
+    compiled for this machine: {(form, dtype): callable}."""
     import ctypes
 
     import llvmlite.ir as ir
@@ -141,7 +141,7 @@ def _jit_kernels(features):
     module.triple = b.get_process_triple()
     gb = GemmBuilder(module, features)
     names = {}
-    for form in ("nn", "nt"):
+    for form in ("nn", "nt", "nnw"):
         for dtype in ("float32", "float64"):
             fn = gb.function(form, dtype)
             fn.linkage = "external"
@@ -154,7 +154,9 @@ def _jit_kernels(features):
     engine.finalize_object()
     P, L = ctypes.c_void_p, ctypes.c_int64
     proto = ctypes.CFUNCTYPE(None, L, L, L, P, L, L, P, L, P, L)
-    return engine, {k: proto(engine.get_function_address(v)) for k, v in names.items()}
+    windowed = ctypes.CFUNCTYPE(None, L, L, L, L, P, L, L, P, L, P, P, L)
+    return engine, {k: (windowed if k[0] == "nnw" else proto)(engine.get_function_address(v))
+                    for k, v in names.items()}
 
 
 @pytest.mark.parametrize("features", ["+avx2,+fma", "+avx512f"])
@@ -167,6 +169,8 @@ def test_kernels_for_each_register_layout(features):
     engine, kernels = _jit_kernels(features)
     rng = np.random.default_rng(4)
     for (form, dtype), fn in kernels.items():
+        if form == "nnw":
+            continue
         for m, n, k in [(1, 300, 48), (3, 5, 16), (9, 33, 32), (17, 70, 64), (8, 16, 16),
                         (9, 40, 2048), (20, 9000, 64)]:        # k in blocks; B packed
             a = rng.standard_normal((m, k + 3)).astype(dtype)      # lda = k + 3
@@ -179,4 +183,38 @@ def test_kernels_for_each_register_layout(features):
             np.testing.assert_allclose(c[:, :n], ref, rtol=tol, atol=tol * np.abs(ref).max(),
                                        err_msg=f"{form} {dtype} {m}x{n}x{k}")
             assert (c[:, n:] == -7.0).all()                        # nothing past N written
+    del engine
+
+
+@pytest.mark.parametrize("features", ["+avx2,+fma", "+avx512f"])
+def test_windowed_kernel_for_each_register_layout(features):
+    """nnw: B's row k1*K2 + k2 starts at k1*ldb + offsets[k2] (overlapping rows, as a
+    convolution's patch matrix read in place); every tail, several passes over k1, a
+    strided A and a ldc wider than N, called directly."""
+    from graphc_runtime.cpu import host_features
+    if features == "+avx512f" and "+avx512f" not in host_features().split(","):
+        pytest.skip("this machine has no AVX-512")
+    engine, kernels = _jit_kernels(features)
+    rng = np.random.default_rng(5)
+    for dtype in ("float32", "float64"):
+        fn = kernels["nnw", dtype]
+        for m, n, k1, offsets in [(1, 300, 3, [0, 1, 2]), (3, 5, 4, [0, 7]),
+                                  (9, 33, 5, [0, 1, 2, 40, 41, 42, 80, 81, 82]),
+                                  (17, 70, 130, [0, 2, 3, 11, 19, 20, 30, 31, 33]),  # passes
+                                  (8, 16, 2, [5]), (40, 1088, 32, [0, 1, 34, 35])]:
+            k2 = len(offsets)
+            ldb = n + max(offsets) + 3
+            a = rng.standard_normal((m, k1 * k2 + 3)).astype(dtype)  # lda = K + 3
+            flat = rng.standard_normal(k1 * ldb).astype(dtype)
+            table = np.array(offsets, np.int64)
+            c = np.full((m, n + 2), -7.0, dtype)                      # ldc = n + 2
+            fn(m, n, k1, k2, a.ctypes.data, k1 * k2 + 3, 1, flat.ctypes.data, ldb,
+               table.ctypes.data, c.ctypes.data, n + 2)
+            rows = np.stack([flat[i * ldb + o:i * ldb + o + n] for i in range(k1)
+                             for o in offsets]).astype(np.float64)
+            ref = a[:, :k1 * k2].astype(np.float64) @ rows
+            tol = 1e-5 if dtype == "float32" else 1e-12
+            np.testing.assert_allclose(c[:, :n], ref, rtol=tol, atol=tol * np.abs(ref).max(),
+                                       err_msg=f"nnw {dtype} {m}x{n}x{k1}x{k2}")
+            assert (c[:, n:] == -7.0).all()
     del engine

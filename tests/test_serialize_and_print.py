@@ -30,7 +30,8 @@ def every_primitive_graph():
                  bind("reshape", x, new_sizes=(3, 2)), bind("transpose", x, permutation=(1, 0)),
                  bind("slice", x, start_indices=(0, 1), limit_indices=(2, 3), strides=(1, 2)),
                  bind("pad", x, low=(1, 0), high=(0, 2), interior=(1, 1), value=float("-inf")),
-                 bind("concatenate", x, x, dimension=0), bind("reverse", x, dimensions=(1,))]
+                 bind("concatenate", x, x, dimension=0), bind("reverse", x, dimensions=(1,)),
+                 bind("window_view", x, sizes=(2, 2), strides=(1, 1))]
         outs += [bind(op, x, axes=(1,)) for op in ("reduce_sum", "reduce_max", "reduce_min",
                                                    "reduce_prod")]
         outs += [bind(op, x, axis=0, index_dtype="int32") for op in ("argmax", "argmin")]

@@ -305,6 +305,13 @@ class ExprBuilder:
             j = [ix.add(ix.const(s), ix.mul(e, st)) for e, s, st in
                  zip(index, a["start_indices"], a["strides"])]
             return self.value(ins[0], j)
+        if op == "window_view":             # overlapping windows of the last axis
+            r = len(a["sizes"])
+            lead = tuple(index[:len(index) - r])
+            pos = ix.const(0)
+            for e, st in zip(index[len(index) - r:], a["strides"]):
+                pos = ix.add(pos, ix.mul(e, st))
+            return self._flat_load(ins[0], lead, pos) or self.value(ins[0], lead + (pos,))
         if op == "reverse":
             j = list(index)
             for d in a["dimensions"]:
@@ -327,6 +334,21 @@ class ExprBuilder:
         if lookup(op).kind == "elementwise":
             return Prim(node.dtype, op, tuple(self.value(i, index) for i in ins))
         raise Illegal(f"{op} cannot be fused as an element expression")
+
+    def _flat_load(self, x, lead, pos):
+        """The load of x[lead..., pos] when x reshapes a buffer's trailing axes into one
+        (a window_view of a padded image): addressed by the flat position in the last
+        axis (zeros before it), which is the same linear address as its split into the
+        buffer's axes and stays affine (the split's div/mod do not always simplify
+        back), so products read it as a strided matrix. None otherwise."""
+        if x.op != "reshape" or x.id not in self.members or x.inputs[0].id in self.members:
+            return None
+        src = x.inputs[0]
+        k = len(lead)
+        buf = self.buffer_of(src)
+        if buf is None or tuple(src.shape[:k]) != tuple(x.shape[:k]) or src.ndim <= k:
+            return None
+        return Load(src.dtype, buf, lead + (ix.const(0),) * (src.ndim - k - 1) + (pos,))
 
     def _pad(self, node, index):
         x = node.inputs[0]

@@ -45,7 +45,10 @@ def canonicalize_dots(program: Program) -> Program:
         lfree = tuple(d for d in range(lhs.ndim) if d not in lc and d not in lb)
         rfree = tuple(d for d in range(rhs.ndim) if d not in rc and d not in rb)
         lgroups, rgroups = [], []
-        if _consecutive(lc) and _consecutive(rc):
+        # a window_view's overlapping axes are no contiguous run to merge (its product
+        # runs on the own windowed kernel, codegen/cpu/gemm.py)
+        windowed = "window_view" in (lhs.op, rhs.op)
+        if _consecutive(lc) and _consecutive(rc) and not windowed:
             lgroups.append(tuple(lc))
             rgroups.append(tuple(rc))
         if _consecutive(lfree):

@@ -1,6 +1,15 @@
-"""Rewrite large convolutions as patch matrices + one matrix product (run on BLAS).
+"""Rewrite large convolutions as matrix products.
 
-conv(x, w) with one feature group and no input dilation becomes: pad x, take strided
+conv(x, w) with one feature group, no input dilation and unit strides reads its padded
+input in place: seen flat per image and channel, the patch matrix is a window_view of it
+(row (c, *offset) of image n starts at c*plane + the offset's position), so
+w(O, C*window) @ view gives each image's output over a wide grid (the padded width in
+every axis but the first; the extra columns are cut off after), already in (N, O, *out)
+order: the padded input is written once instead of a patch matrix window-size times its
+size, and no transposes follow. The CPU's own nnw kernel (codegen/cpu/gemm.py) runs it;
+CUDA programs keep the patch matrices below.
+
+Otherwise (strided convolutions) it becomes: pad x, take strided
 slices, lay them out as a matrix (one fused loop kernel writes it), multiply, and
 transpose the product back to (N, O, *out). Two layouts, whichever needs fewer slices:
 - per window offset (im2col): patches^T (C*window, N*out), then w(O, C*window) @ patches^T;
@@ -79,6 +88,44 @@ def _im2col(b: Builder, node, x, w):
                  like=node)
 
 
+def _in_place(b: Builder, node, x, w):
+    """The product over a window_view of the padded input (unit strides, see above)."""
+    a = node.attrs
+    n, c = x.shape[:2]
+    o = w.shape[0]
+    window, dil = w.shape[2:], a["rhs_dilation"]
+    out_sp = node.shape[2:]
+    nsp = len(window)
+    padding = [list(p) for p in a["padding"]]
+    full = [s + lo + hi for s, (lo, hi) in zip(x.shape[2:], padding)]
+    # the wide grid's last columns read up to (last window offset) past the plane's
+    # end: room for that in extra rows of the first axis (zeros)
+    slack = (window[-1] - 1) * dil[-1]
+    rest = sym.prod(full[1:])
+    padding[0][1] += -(-slack // rest)
+    full[0] += -(-slack // rest)
+    xp = _padded(b, x, [tuple(p) for p in padding])
+    flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(full))})
+    rows = [sym.prod(full[d + 1:]) for d in range(nsp)]
+    wide = out_sp[0] * rows[0]
+    view = b.add("window_view", (flat,), {
+        "sizes": tuple(window) + (wide,),
+        "strides": tuple(d * r for d, r in zip(dil, rows)) + (1,)})
+    wb = b.add("broadcast_in_dim", (w,), {"shape": (n,) + tuple(w.shape),
+                                          "broadcast_dimensions": tuple(range(1, 3 + nsp))})
+    contracted = tuple(range(2, 3 + nsp))
+    prod = b.add("dot_general", (wb, view), {
+        "lhs_contracting": contracted, "rhs_contracting": tuple(range(1, 2 + nsp)),
+        "lhs_batch": (0,), "rhs_batch": (0,)})
+    grid = (n, o, out_sp[0]) + tuple(full[1:])
+    prod = b.add("reshape", (prod,), {"new_sizes": grid})
+    if tuple(grid) == tuple(node.shape):
+        return prod
+    return b.add("slice", (prod,), {"start_indices": (0,) * len(grid),
+                                    "limit_indices": tuple(node.shape),
+                                    "strides": (1,) * len(grid)}, like=node)
+
+
 def _per_output_position(b: Builder, node, x, w):
     a = node.attrs
     n, c = x.shape[:2]
@@ -124,7 +171,22 @@ def _depthwise(b: Builder, node, x, w):
     return b.add("reshape", (total,), {"new_sizes": node.shape}, like=node)
 
 
+def _reads_in_place(node, x, w) -> bool:
+    """Whether the product can read the padded input in place (see the module's text):
+    unit strides, static sizes, a window of at most MAX_WINDOW offsets and at least
+    two columns per image."""
+    a = node.attrs
+    static = all(isinstance(d, int) for d in tuple(x.shape[1:]) + tuple(w.shape) +
+                 tuple(node.shape[2:]))
+    return static and len(w.shape) > 2 and all(s == 1 for s in a["window_strides"]) and \
+        sym.prod(w.shape[2:]) <= MAX_WINDOW and sym.prod(node.shape[2:]) >= 2
+
+
 def conv_to_gemm(program: Program) -> Program:
+    # the in-place form needs the CPU's own windowed kernel (CUDA's tiled products take
+    # one contracting dimension: it keeps the patch matrices)
+    cpu = program.annotations.get("device", "cpu") == "cpu"
+
     def rewrite(builder, node, inputs):
         if node.op != "conv":
             return None
@@ -147,7 +209,11 @@ def conv_to_gemm(program: Program) -> Program:
         window = sym.prod(w.shape[2:])
         positions = sym.prod(node.shape[2:])
         flops, patch_bytes = sym.hint(flops), sym.hint(patch_bytes)  # symbolic: a typical size
-        if flops < MIN_FLOPS or patch_bytes > MAX_PATCH_BYTES or min(window, positions) > MAX_WINDOW:
+        if flops < MIN_FLOPS:
+            return None
+        if cpu and _reads_in_place(node, x, w):
+            return _in_place(builder, node, x, w)
+        if patch_bytes > MAX_PATCH_BYTES or min(window, positions) > MAX_WINDOW:
             return None
         if window <= positions:
             return _im2col(builder, node, x, w)

@@ -26,7 +26,7 @@ from ..ir.graph import Node
 from ..ir.primitive import lookup
 from .program import Program
 
-VIEW_OPS = {"broadcast_in_dim", "reshape", "transpose", "slice", "reverse"}
+VIEW_OPS = {"broadcast_in_dim", "reshape", "transpose", "slice", "reverse", "window_view"}
 TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "erf",
                   "pow", "sqrt", "rsqrt"}
 DUPLICATION_LIMIT = 24        # recompute budget, in cheap-op units per output element
@@ -121,10 +121,24 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
             materialized.add(n.id)
             continue
     # decide, consumers known: walk backwards so operand rules see final choices
+    through: set[int] = set()    # views a product reads in place (see below)
     for n in reversed(nodes):
         if cls[n.id] != "fusible" or n.id in materialized:
             continue
         us = users[n.id]
+        # a window_view (overlapping windows: a convolution's patch matrix) read by
+        # products is never written out; the views under it are folded into the
+        # products' reads and the value beneath them is materialized instead
+        if n.op in VIEW_OPS and us and all(
+                cls[u.id] in ("dot", "conv") and n.op == "window_view" or u.id in through
+                for u in us):
+            through.add(n.id)
+            continue
+        if any(u.id in through for u in us):
+            materialized.add(n.id)
+            decisions.append(f"materialize %{n.id} ({n.op}): read in place by a product "
+                             f"through a window_view")
+            continue
         if any(cls[u.id] == "control" for u in us):
             materialized.add(n.id)
             decisions.append(f"materialize %{n.id} ({n.op}): operand of a loop or cond")

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+import numpy as np
+
 from graphc_runtime.dims import Dim, Undecidable, hint
+from graphc_runtime.dims import prod as sym_prod
 
 from ...kernels import index as ix
 from ...kernels import kernel as K
@@ -20,7 +23,9 @@ def blas_plan(k: "K.DotKernel"):
         return None
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
     ms, ns, ks = real(k.m_vars), real(k.n_vars), real(k.k_vars)
-    if len(ms) > 1 or len(ns) > 1 or len(ks) > 1 or len(real(k.k_vars)) != len(ks):
+    if len(ks) > 1:
+        return window_plan(k, ms, ns, ks)
+    if len(ms) > 1 or len(ns) > 1:
         return None
     size = lambda vs: ix.extent_of(vs[0]) if vs else 1
     M, N, Kd = size(ms), size(ns), size(ks)
@@ -62,6 +67,56 @@ def blas_plan(k: "K.DotKernel"):
     plan["own"] = own_form(plan)
     if plan["own"] is None and not blas.available():
         return None
+    return plan
+
+
+def window_plan(k: "K.DotKernel", ms, ns, ks):
+    """The plan of a product contracting several variables k1, k2, ... (a convolution
+    over a window_view of its input): A flat along them (row-major, one stride), B's
+    columns contiguous; then B's row for the term (k1, rest) starts at k1*ldb +
+    offsets[rest], the own nnw kernel's form. None when the product is not of that kind."""
+    if len(ms) != 1 or len(ns) != 1 or k.lhs.buffer.id == k.rhs.buffer.id:
+        return None
+    if k.out.dtype not in ("float32", "float64") or k.acc_dtype != k.out.dtype:
+        return None
+    extents = [ix.extent_of(v) for v in ks]
+    M, N = ix.extent_of(ms[0]), ix.extent_of(ns[0])
+    if not all(isinstance(e, int) for e in extents) or hint(M * N) < 1:
+        return None
+    names = {v.name for v in k.batch_vars if isinstance(v, ix.IVar)}
+    plan = {"M": M, "N": N, "K": sym_prod(extents), "K1": extents[0], "batch_coefs": {},
+            "own": "nnw", "trans_b": 111}
+    for operand, key in ((k.lhs, "a"), (k.rhs, "b")):
+        if not isinstance(operand, K.Load) or operand.buffer.dtype != k.out.dtype:
+            return None
+        aff = ix.affine(ix.linearize(operand.index, operand.buffer.shape))
+        if aff is None:
+            return None
+        coefs, const = aff
+        free = ms[0] if key == "a" else ns[0]
+        if const < 0 or any(c < 0 for c in coefs.values()) or \
+                set(coefs) - names - {v.name for v in ks} - {free.name}:
+            return None
+        kc = [coefs.get(v.name, 0) for v in ks]
+        fc = coefs.get(free.name, 0)
+        if key == "a":                   # A[i, k] at i*a_row + k*a_col, k flat
+            step = kc[-1]
+            flat = [step * sym_prod(extents[i + 1:]) for i in range(len(ks))]
+            if kc != flat or step == 0 or fc == 0:
+                return None
+            plan["a_row"], plan["a_col"] = fc, step
+            plan["trans_a"], plan["lda"] = (111, fc) if step == 1 else (112, step)
+        else:                            # B: columns contiguous, rows by the table
+            if fc != 1:
+                return None
+            offsets = np.zeros(extents[1:], np.int64) if len(ks) > 1 else None
+            for i, (e, c) in enumerate(zip(extents[1:], kc[1:])):
+                shape = [1] * len(extents[1:])
+                shape[i] = e
+                offsets = offsets + (np.arange(e, dtype=np.int64) * c).reshape(shape)
+            plan["ldb"], plan["offsets"] = kc[0], tuple(int(o) for o in offsets.reshape(-1))
+        plan[f"{key}_const"] = const
+        plan["batch_coefs"][operand.buffer.id] = [(n, coefs[n]) for n in coefs if n in names]
     return plan
 
 
@@ -188,6 +243,12 @@ class DotEmitter:
             a_ptr = b.gep(self.args[k.lhs.buffer.id][0], [ptrs[0]])
             b_ptr = b.gep(self.args[k.rhs.buffer.id][0], [ptrs[1]])
             c_ptr = b.gep(self.args[k.out.id][0], [c_off])
+            if own == "nnw":          # B's rows from the window offsets
+                b.call(fn, [rows, cols, c64(plan["K1"]),
+                            c64(len(plan["offsets"])), a_ptr, c64(plan["a_row"]),
+                            c64(plan["a_col"]), b_ptr, c64(plan["ldb"]),
+                            self.mb.offsets_table(plan["offsets"]), c_ptr, c64(plan["N"])])
+                return
             if own:                   # A[i, k] at i*a_row + k*a_col; B as laid out
                 a_row, a_col = (plan["lda"], 1) if plan["trans_a"] == 111 else \
                     (1, plan["lda"])

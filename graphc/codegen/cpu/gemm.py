@@ -11,10 +11,15 @@ core's L2 cache from one step to the next) and keep an MR x NR tile of C in regi
   are contiguous along k (a_col is 1): each output is a dot product, vectorized along
   k, reduced across lanes at the end; K is a multiple of 16.
 
+- `nnw`: the nn form over a windowed B (a convolution's input read as its patch matrix
+  in place, see passes/conv_to_gemm.py): k runs over K1 x K2 terms, row k1*K2 + k2 of B
+  starting at k1*ldb + offsets[k2].
+
 Every element of C is summed in the same order whatever tile, tail or thread range it
-falls in, so results do not depend on the thread count. Signature of both (i64 sizes and
-strides, in elements): f(M, N, K, A, a_row, a_col, B, ldb, C, ldc) computes
-C[i, j] = sum_k A[i*a_row + k*a_col] * B[...] for i < M, j < N.
+falls in, so results do not depend on the thread count. Signature of nn and nt (i64
+sizes and strides, in elements): f(M, N, K, A, a_row, a_col, B, ldb, C, ldc) computes
+C[i, j] = sum_k A[i*a_row + k*a_col] * B[...] for i < M, j < N; nnw's is
+f(M, N, K1, K2, A, a_row, a_col, B, ldb, offsets, C, ldc), offsets an i64 array of K2.
 """
 from __future__ import annotations
 
@@ -34,9 +39,13 @@ def shape(features: str, dtype: str) -> tuple[int, int, int]:
     return (width, 8, 2) if bits == 512 else (width, 4, 2)
 
 
-def _signature(dtype: str) -> ir.FunctionType:
-    """void f(M, N, K, A, a_row, a_col, B, ldb, C, ldc)."""
+def _signature(form: str, dtype: str) -> ir.FunctionType:
+    """void f(M, N, K, A, a_row, a_col, B, ldb, C, ldc); for nnw
+    void f(M, N, K1, K2, A, a_row, a_col, B, ldb, offsets, C, ldc)."""
     p = ir.PointerType(COMPUTE[dtype])
+    if form == "nnw":
+        return ir.FunctionType(VOID, [I64, I64, I64, I64, p, I64, I64, p, I64,
+                                      ir.PointerType(I64), p, I64])
     return ir.FunctionType(VOID, [I64, I64, I64, p, I64, I64, p, I64, p, I64])
 
 
@@ -46,7 +55,7 @@ def declare(module: ir.Module, form: str, dtype: str) -> ir.Function:
     name = f"{PREFIX}{form}_{dtype}"
     if name in module.globals:
         return module.globals[name]
-    return ir.Function(module, _signature(dtype), name)
+    return ir.Function(module, _signature(form, dtype), name)
 
 
 @functools.cache
@@ -78,13 +87,14 @@ class GemmBuilder:
         if name in self.module.globals:
             return self.module.globals[name]
         ty = COMPUTE[dtype]
-        fn = ir.Function(self.module, _signature(dtype), name)
+        fn = ir.Function(self.module, _signature(form, dtype), name)
         fn.linkage = "internal"
         fn.attributes.add("noinline")       # optimized once, however many dots call it
-        for i in (3, 6, 8):
+        for i in ((4, 7, 10) if form == "nnw" else (3, 6, 8)):
             fn.args[i].add_attribute("noalias")
         width, mr, nv = shape(self.features, dtype)
-        (_NN if form == "nn" else _NT)(self, fn, ty, width, mr, nv).emit()
+        {"nn": _NN, "nnw": _NN, "nt": _NT}[form](self, fn, ty, width, mr, nv,
+                                               form == "nnw").emit()
         return fn
 
 
@@ -108,9 +118,10 @@ def _for(b: ir.IRBuilder, start, stop, step: int, body, name: str):
     return i
 
 
-def _chunks(b: ir.IRBuilder, n, size: int, body, name: str) -> None:
+def _chunks(b: ir.IRBuilder, n, size, body, name: str) -> None:
     """do { body(i, min(size, n - i)) } while ((i += size) < n): one copy of the body for
-    every chunk (the last one shorter), run once when n is 0."""
+    every chunk (the last one shorter), run once when n is 0. size: an int, or an i64
+    value >= 1 computed at run time."""
     pre, loop = b.block, b.append_basic_block(f"{name}.body")
     done = b.append_basic_block(f"{name}.done")
     b.branch(loop)
@@ -118,7 +129,7 @@ def _chunks(b: ir.IRBuilder, n, size: int, body, name: str) -> None:
     i = b.phi(I64, name)
     i.add_incoming(ir.Constant(I64, 0), pre)
     left = b.sub(n, i)
-    step = ir.Constant(I64, size)
+    step = ir.Constant(I64, size) if isinstance(size, int) else size
     body(i, b.select(b.icmp_signed("<", left, step), left, step))
     nxt = b.add(i, step)
     i.add_incoming(nxt, b.block)
@@ -129,8 +140,10 @@ def _chunks(b: ir.IRBuilder, n, size: int, body, name: str) -> None:
 class _Tiles:
     """Shared parts of the two forms: tile dispatch over rows and columns."""
 
-    def __init__(self, gb: GemmBuilder, fn: ir.Function, ty, width: int, mr: int, nv: int):
+    def __init__(self, gb: GemmBuilder, fn: ir.Function, ty, width: int, mr: int, nv: int,
+                 windowed: bool = False):
         self.gb, self.fn, self.ty = gb, fn, ty
+        self.windowed = windowed
         self.width, self.mr, self.nv = width, mr, nv
         self.vty = ir.VectorType(ty, width)
         self.align = 8 if ty == COMPUTE["float64"] else 4
@@ -148,14 +161,16 @@ class _Tiles:
     def tile_function(self, rows: int, cols: int) -> ir.Function:
         """The kernel of one rows x cols tile (cols in vectors for nn, elements for nt):
         f(A, a_row, a_col, B, ldb, C, ldc, K, more), `more` != 0 adding to C's values
-        (a later block of k) instead of starting from zero."""
+        (a later block of k) instead of starting from zero; windowed, K counts rows of
+        windows (k1) and two arguments follow: K2 and the offsets."""
         name = f"{self.fn.name}_t{rows}x{cols}"
         module = self.gb.module
         if name in module.globals:
             return module.globals[name]
         p = ir.PointerType(self.ty)
+        extra = [I64, ir.PointerType(I64)] if self.windowed else []
         fn = ir.Function(module, ir.FunctionType(VOID, [p, I64, I64, p, I64, p, I64, I64,
-                                                        I64]), name)
+                                                        I64] + extra), name)
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
         for i in (0, 3, 5):
@@ -184,6 +199,22 @@ class _Tiles:
             phi.add_incoming(moved, inside)
             phi.add_incoming(i, pre)
             i, size = phi, size // 2
+
+    def each_k(self, b, K, ldb, window, body) -> None:
+        """body(k, row) for each term k of the sums in order, row the offset of B's row
+        k: k*ldb, or windowed (window = (K2, offsets), K counting k1) k1*ldb + offsets[k2]
+        with k = k1*K2 + k2, window offset by window offset (the inner loop then steps
+        through B by ldb like the plain form's)."""
+        if not window:
+            _for(b, ir.Constant(I64, 0), K, 1, lambda k: body(k, b.mul(k, ldb)), "k")
+            return
+        k2s, offsets = window
+
+        def outer(k2):                   # one window offset: B's rows ldb apart
+            base = b.load(b.gep(offsets, [k2]))
+            _for(b, ir.Constant(I64, 0), K, 1, lambda k1: body(
+                b.add(b.mul(k1, k2s), k2), b.add(base, b.mul(k1, ldb))), "k1")
+        _for(b, ir.Constant(I64, 0), k2s, 1, outer, "k2")
 
     def ptr(self, b, base, offset):
         return b.gep(base, [offset])
@@ -226,21 +257,38 @@ class _NN(_Tiles):
     BLOCK = 128            # rows of A kept in L2 while B's panels pass
     DEPTH = 1024           # terms of k per pass: a panel of B stays in L2
 
+    def args(self):
+        """(M, N, K, A, a_row, a_col, B, ldb, C, ldc, window): window (K2, offsets) for
+        nnw (K then counts rows of windows), else None."""
+        if self.windowed:
+            M, N, K1, K2, A, ar, ac, B, ldb, offsets, C, ldc = self.fn.args
+            return M, N, K1, A, ar, ac, B, ldb, C, ldc, (K2, offsets)
+        return (*self.fn.args, None)
+
     def emit(self):
-        M, N, K, A, ar, ac, B, ldb, C, ldc = self.fn.args
+        M, N, K, A, ar, ac, B, ldb, C, ldc, window = self.args()
         b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         c = lambda v: ir.Constant(I64, v)     # noqa: E731
         span = b.mul(b.mul(K, ldb), c(self.align))
         pack = b.and_(b.icmp_signed(">", M, c(self.mr)),
                       b.icmp_signed(">", span, c(self.PACK_BYTES)))
-        deepest = b.select(b.icmp_signed("<", K, c(self.DEPTH)), K, c(self.DEPTH))
+        # windowed B is a small input read many times over (it stays in L2): not packed
+        pack = ir.Constant(ir.IntType(1), 0) if window else pack
+        # terms per pass: DEPTH (windowed: whole windows, DEPTH // K2 rows of them)
+        k2s = window[0] if window else c(1)
+        per_pass = c(self.DEPTH)
+        if window:
+            per_pass = b.sdiv(per_pass, k2s)
+            per_pass = b.select(b.icmp_signed("<", per_pass, c(1)), c(1), per_pass)
+        deepest = b.select(b.icmp_signed("<", K, per_pass), K, per_pass)
         buf = b.alloca(self.ty, size=b.select(pack, b.mul(deepest, c(self.width * self.nv)),
                                               c(1)))
 
         def depth(k0, kb):
             """Terms k0 .. k0+kb of every sum (added to C's values after the first)."""
             more = b.zext(b.icmp_signed("!=", k0, c(0)), I64)
-            args = (self.ptr(b, A, b.mul(k0, ac)), self.ptr(b, B, b.mul(k0, ldb)), kb, more)
+            args = (self.ptr(b, A, b.mul(b.mul(k0, k2s), ac)), self.ptr(b, B, b.mul(k0, ldb)),
+                    kb, more)
             with b.if_else(b.icmp_signed("==", M, c(1))) as (one, many):
                 with one:
                     self.single_row(b, *args)
@@ -250,22 +298,28 @@ class _NN(_Tiles):
                         b, rows, i, *args, pack, buf), "blocks")
 
         # once for K = 0 (C's zeros). Where one pass covers K its length is K itself,
-        # not a min() with DEPTH: LLVM would unroll every tile's k loop for that bound
+        # not a min() with the pass: LLVM would unroll every tile's k loop for that bound
         # (4x the code and the compile time)
-        single = b.icmp_signed("<=", K, c(self.DEPTH))
-        _chunks(b, K, self.DEPTH, lambda k0, kb: depth(k0, b.select(single, K, kb)), "depth")
+        single = b.icmp_signed("<=", K, per_pass)
+        _chunks(b, K, per_pass if window else self.DEPTH,
+                lambda k0, kb: depth(k0, b.select(single, K, kb)), "depth")
         b.ret_void()
+
+    def extra(self):
+        """The windowed tile functions' two last arguments (K2, offsets), else none."""
+        window = self.args()[-1]
+        return list(window) if window else []
 
     def block(self, b, rows, i0, A, B, K, more, pack, buf):
         """Rows i0 .. i0+rows (at most BLOCK) of C, panel by panel of B's columns."""
-        _, N, _, _, ar, ac, _, ldb, C, ldc = self.fn.args
+        _, N, _, _, ar, ac, _, ldb, C, ldc, _ = self.args()
         c = lambda v: ir.Constant(I64, v)     # noqa: E731
         panel = self.width * self.nv
         A, C = self.ptr(b, A, b.mul(i0, ar)), self.ptr(b, C, b.mul(i0, ldc))
 
         def columns(j, vectors):
             src, ld = self.ptr(b, B, j), ldb
-            if vectors == self.nv:
+            if vectors == self.nv and not self.windowed:
                 with b.if_then(pack):
                     def row(k):
                         for v in range(vectors):
@@ -277,7 +331,7 @@ class _NN(_Tiles):
             def call_tile(i, r):
                 b.call(self.tile_function(r, vectors), [
                     self.ptr(b, A, b.mul(i, ar)), ar, ac, src, ld,
-                    self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K, more])
+                    self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K, more] + self.extra())
             self.rows_of(b, rows, call_tile)
 
         j = _for(b, c(0), N, panel, lambda j: columns(j, self.nv), "panels")
@@ -289,18 +343,18 @@ class _NN(_Tiles):
 
     def single_row(self, b, A, B, K, more):
         """C's one row: panels of WIDE vectors, then narrower ones, then columns."""
-        _, N, _, _, ar, ac, _, ldb, C, ldc = self.fn.args
+        _, N, _, _, ar, ac, _, ldb, C, ldc, _ = self.args()
         j = ir.Constant(I64, 0)
         for vectors in (self.WIDE, self.nv, 1, 0):
             fn = self.tile_function(1, vectors)
             step = self.width * vectors or 1
             j = _for(b, j, N, step, lambda j, fn=fn: b.call(fn, [
-                A, ar, ac, self.ptr(b, B, j), ldb, self.ptr(b, C, j), ldc, K, more]),
-                f"row{vectors}")
+                A, ar, ac, self.ptr(b, B, j), ldb, self.ptr(b, C, j), ldc, K, more] +
+                self.extra()), f"row{vectors}")
 
-    def tile(self, b, rows, vectors, A, ar, ac, B, ldb, C, ldc, K, more):
+    def tile(self, b, rows, vectors, A, ar, ac, B, ldb, C, ldc, K, more, *window):
         if vectors == 0:
-            return self.column(b, rows, A, ar, ac, B, ldb, C, ldc, K, more)
+            return self.column(b, rows, A, ar, ac, B, ldb, C, ldc, K, more, window)
         accs = self.zeros(b, rows * vectors, self.vty)
         with b.if_then(b.icmp_signed("!=", more, ir.Constant(I64, 0))):
             for r in range(rows):
@@ -309,8 +363,8 @@ class _NN(_Tiles):
                                                    ir.Constant(I64, v * self.width))),
                             accs[r * vectors + v])
 
-        def step(k):
-            bv = [self.vload(b, B, b.add(b.mul(k, ldb), ir.Constant(I64, v * self.width)))
+        def step(k, row):
+            bv = [self.vload(b, B, b.add(row, ir.Constant(I64, v * self.width)))
                   for v in range(vectors)]
             for r in range(rows):
                 a = b.load(self.ptr(b, A, b.add(b.mul(ir.Constant(I64, r), ar),
@@ -319,26 +373,26 @@ class _NN(_Tiles):
                 for v in range(vectors):
                     slot = accs[r * vectors + v]
                     b.store(b.call(self.fma_v, [sa, bv[v], b.load(slot)]), slot)
-        _for(b, ir.Constant(I64, 0), K, 1, step, "k")
+        self.each_k(b, K, ldb, window, step)
         for r in range(rows):
             for v in range(vectors):
                 self.vstore(b, b.load(accs[r * vectors + v]), C,
                             b.add(b.mul(ir.Constant(I64, r), ldc),
                                   ir.Constant(I64, v * self.width)))
 
-    def column(self, b, rows, A, ar, ac, B, ldb, C, ldc, K, more):
+    def column(self, b, rows, A, ar, ac, B, ldb, C, ldc, K, more, window):
         accs = self.zeros(b, rows, self.ty)
         with b.if_then(b.icmp_signed("!=", more, ir.Constant(I64, 0))):
             for r in range(rows):
                 b.store(b.load(self.ptr(b, C, b.mul(ir.Constant(I64, r), ldc))), accs[r])
 
-        def step(k):
-            x = b.load(self.ptr(b, B, b.mul(k, ldb)))
+        def step(k, row):
+            x = b.load(self.ptr(b, B, row))
             for r in range(rows):
                 a = b.load(self.ptr(b, A, b.add(b.mul(ir.Constant(I64, r), ar),
                                                 b.mul(k, ac))))
                 b.store(b.call(self.fma_s, [a, x, b.load(accs[r])]), accs[r])
-        _for(b, ir.Constant(I64, 0), K, 1, step, "k")
+        self.each_k(b, K, ldb, window, step)
         for r in range(rows):
             b.store(b.load(accs[r]), self.ptr(b, C, b.mul(ir.Constant(I64, r), ldc)))
 

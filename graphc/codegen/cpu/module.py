@@ -2,6 +2,7 @@
 assembly and the optimized native module."""
 from __future__ import annotations
 
+import hashlib
 import os
 
 import llvmlite.ir as ir
@@ -74,6 +75,20 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         """graphc's own GEMM kernel of this form ('nn' / 'nt', see gemm.py), declared:
         NativeModule links in its body."""
         return gemm.declare(self.module, form, dtype)
+
+    def offsets_table(self, offsets) -> ir.Value:
+        """A pointer to a constant i64 array holding `offsets` (one global per table)."""
+        name = "graphc_offsets_" + "_".join(map(str, offsets))
+        if len(name) > 200:
+            name = "graphc_offsets_" + hashlib.sha1(name.encode()).hexdigest()
+        if name not in self.module.globals:
+            ty = ir.ArrayType(I64, len(offsets))
+            g = ir.GlobalVariable(self.module, ty, name)
+            g.global_constant = True
+            g.linkage = "internal"
+            g.initializer = ir.Constant(ty, [int(o) for o in offsets])
+        g = self.module.globals[name]
+        return g.gep([ir.Constant(I32, 0), ir.Constant(I32, 0)])
 
     def libm(self, op: str, ty):
         sym = LIBM[op][0 if ty == F32 else 1]

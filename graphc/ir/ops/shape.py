@@ -1,4 +1,5 @@
-"""View primitives: broadcast_in_dim, reshape, transpose, slice, pad, concatenate, reverse.
+"""View primitives: broadcast_in_dim, reshape, transpose, slice, pad, concatenate, reverse,
+window_view.
 
 Backends fold these into index arithmetic; the reference materializes them with numpy.
 """
@@ -152,6 +153,41 @@ def _reverse_rule(inputs, attrs):
     return x.shape, x.dtype
 
 
+def _window_rule(inputs, attrs):
+    (x,) = inputs
+    sizes = _ints(attrs["sizes"], "sizes")
+    strides = _ints(attrs["strides"], "strides")
+    if x.ndim < 1 or len(sizes) != len(strides) or not sizes:
+        raise ShapeError(f"window_view of {x.type_str()} needs one stride per size, got "
+                         f"sizes {sizes} and strides {strides}")
+    if not all(isinstance(v, int) for v in sizes + strides + (x.shape[-1],)):
+        raise ShapeError(f"window_view needs static sizes and strides, got {sizes}, "
+                         f"{strides} over {x.type_str()}")
+    if any(n < 1 for n in sizes) or any(st < 0 for st in strides):
+        raise ShapeError(f"window_view sizes must be >= 1 and strides >= 0, got {sizes}, "
+                         f"{strides}")
+    last = sum((n - 1) * st for n, st in zip(sizes, strides))
+    if last >= x.shape[-1]:
+        raise ShapeError(f"window_view {sizes} with strides {strides} reads position {last} "
+                         f"of the last axis of {x.type_str()}")
+    return x.shape[:-1] + sizes, x.dtype
+
+
+def window_positions(sizes, strides) -> np.ndarray:
+    """The last-axis position each element of a window_view reads (int64, `sizes`)."""
+    pos = np.zeros(tuple(sizes), np.int64)
+    for d, (n, st) in enumerate(zip(sizes, strides)):
+        shape = [1] * len(sizes)
+        shape[d] = n
+        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape(shape)
+    return pos
+
+
+def _window_impl(args, attrs, node):
+    (x,) = args
+    return np.take(x, window_positions(attrs["sizes"], attrs["strides"]), axis=-1)
+
+
 define("broadcast_in_dim", "view", _broadcast_rule, _broadcast_impl, arity=1)
 define("reshape", "view", _reshape_rule,
        lambda args, attrs, node: args[0].reshape(attrs["new_sizes"]), arity=1)
@@ -161,6 +197,9 @@ define("slice", "view", _slice_rule, _slice_impl, arity=1)
 define("pad", "view", _pad_rule, _pad_impl, arity=1)
 define("concatenate", "view", _concatenate_rule,
        lambda args, attrs, node: np.concatenate(args, axis=attrs["dimension"]))
+# window_view(x; sizes, strides): out[..., i1..ir] = x[..., i1*s1 + ... + ir*sr], windows
+# that overlap (a convolution's input seen as its patch matrix without copying it)
+define("window_view", "view", _window_rule, _window_impl, arity=1)
 define("reverse", "view", _reverse_rule,
        lambda args, attrs, node: np.flip(args[0], attrs["dimensions"]) if attrs["dimensions"]
        else args[0], arity=1)

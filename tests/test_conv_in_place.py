@@ -1,0 +1,142 @@
+"""Convolutions that read their padded input in place (passes/conv_to_gemm.py): the
+window_view primitive, the product over it (the own nnw kernel), 1-D / 2-D / 3-D shapes,
+padding (asymmetric, cropping), dilation, symbolic batches, gradients, thread counts;
+everything against the numpy reference interpreter."""
+import numpy as np
+import pytest
+
+import graphc as gc
+from graphc.api import bind
+
+from gradcheck import check_grad
+
+
+def _conv(x, w, padding, dilation=None):
+    nsp = x.ndim - 2
+    return bind("conv", x, w, window_strides=(1,) * nsp, padding=tuple(padding),
+                lhs_dilation=(1,) * nsp, rhs_dilation=tuple(dilation or (1,) * nsp),
+                feature_group_count=1)
+
+
+def _compile_conv(xs, ws, padding, dilation=None, dtype="float32", threads=None, batch=None):
+    with gc.Graph("conv_in_place"):
+        x = gc.placeholder((batch or xs[0],) + tuple(xs[1:]), dtype, name="x")
+        w = gc.placeholder(ws, dtype, name="w")
+        y = _conv(x, w, padding, dilation)
+        exe = gc.compile(y, inputs=[x, w], num_threads=threads)
+        return exe, y, x, w
+
+
+def _reference(y, feeds):
+    return gc.evaluate(y, feeds)
+
+
+def _feeds(xs, ws, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal(xs).astype(dtype),
+            "w": rng.standard_normal(ws).astype(dtype)}
+
+
+CASES = [  # (x shape, w shape, padding, dilation)
+    ((2, 16, 32, 32), (32, 16, 3, 3), ((1, 1), (1, 1)), None),       # a ResNet stage
+    ((3, 16, 17, 19), (40, 16, 3, 3), ((1, 1), (1, 1)), None),       # every tail
+    ((2, 8, 20, 20), (16, 8, 5, 5), ((2, 2), (2, 2)), (2, 2)),       # dilated
+    ((2, 12, 15, 21), (20, 12, 3, 5), ((0, 2), (3, 1)), None),       # asymmetric
+    ((2, 8, 22, 22), (24, 8, 3, 3), ((-1, 0), (0, -2)), None),       # cropping
+    ((2, 32, 16, 16), (64, 32, 1, 1), ((0, 0), (0, 0)), None),       # pointwise
+    ((2, 3, 40, 40), (32, 3, 3, 3), ((1, 1), (1, 1)), None),         # three channels
+    ((2, 16, 300), (32, 16, 5), ((2, 2),), None),                    # 1-D
+    ((2, 8, 9, 10, 11), (16, 8, 3, 3, 3), ((1, 1), (1, 1), (0, 2)), None),   # 3-D
+    ((1, 200, 12, 12), (96, 200, 3, 3), ((1, 1), (1, 1)), None),     # k in passes
+]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("xs,ws,padding,dilation", CASES)
+def test_in_place_conv_matches_reference(xs, ws, padding, dilation, dtype):
+    exe, y, _, _ = _compile_conv(xs, ws, padding, dilation, dtype)
+    assert "window_view" in exe.dump("optimized")
+    # a 1x1 window is a plain product of the image (the own nn kernel)
+    form = "nnw" if np.prod(ws[2:]) > 1 else "nn"
+    assert f"graphc_own_gemm_{form}_" in exe.dump("llvm")
+    feeds = _feeds(xs, ws, dtype)
+    want = _reference(y, feeds)
+    tol = 2e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(exe(**feeds), want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_padded_input_is_written_once_not_the_patches():
+    """The pad is the one loop kernel before the product; the window_view is read in
+    place (fused into the product), so no buffer of the patches' size exists."""
+    xs, ws = (4, 32, 32, 32), (32, 32, 3, 3)
+    exe, _, _, _ = _compile_conv(xs, ws, ((1, 1), (1, 1)))
+    fusion = exe.dump("fused")
+    assert "read in place by a product through a window_view" in fusion
+    memory = exe.manifest()["memory"]
+    padded = 4 * 32 * (34 + 1) * 34 * 4             # one extra row: the wide grid's slack
+    wide = 4 * 32 * 32 * 34 * 4                     # the product over the padded width
+    assert sorted(b["bytes"] for b in memory["buffers"]) == sorted([padded, wide])
+    assert memory["arena_bytes"] < 4 * 32 * 9 * 32 * 32 * 4    # the patches' size
+
+
+def test_symbolic_batch_and_thread_counts_give_the_same_bits():
+    xs, ws, padding = (5, 16, 18, 18), (24, 16, 3, 3), ((1, 1), (1, 1))
+    feeds = _feeds(xs, ws, "float32", seed=3)
+    results = []
+    for threads in (1, 2, 3):
+        exe, y, _, _ = _compile_conv(xs, ws, padding, threads=threads, batch="batch")
+        assert "graphc_own_gemm_nnw" in exe.dump("llvm")
+        results.append(exe(**feeds))
+        small = {"x": feeds["x"][:2], "w": feeds["w"]}
+        np.testing.assert_allclose(exe(**small), _reference(y, small), rtol=2e-5, atol=1e-4)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+    np.testing.assert_allclose(results[0], _reference(y, feeds), rtol=2e-5, atol=1e-4)
+
+
+def test_gradients_of_an_in_place_conv_compiled():
+    """Training through it: d/dx (a stride-1 conv itself: in place) and d/dw, compiled,
+    against the reference interpreter's gradients."""
+    xs, ws = (2, 16, 16, 16), (24, 16, 3, 3)
+    with gc.Graph("conv_grad"):
+        x = gc.placeholder(xs, "float64", name="x")
+        w = gc.placeholder(ws, "float64", name="w")
+        y = _conv(x, w, ((1, 1), (1, 1)))
+        r = gc.constant(np.random.default_rng(1).uniform(0.5, 1.5, y.shape))
+        loss = (gc.tanh(y) * r).sum()
+        gx, gw = gc.grad(loss, [x, w])
+        exe = gc.compile({"gx": gx, "gw": gw}, inputs=[x, w])
+        assert "graphc_own_gemm_nnw" in exe.dump("llvm")
+        feeds = _feeds(xs, ws, "float64", seed=2)
+        got = exe(**feeds)
+        want = gc.evaluate({"gx": gx, "gw": gw}, feeds)
+    for k in ("gx", "gw"):
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-10, atol=1e-10)
+
+
+def test_window_view_primitive_reference_and_compiled():
+    with gc.Graph("window_view"):
+        x = gc.placeholder((2, 3, 20), "float64", name="x")
+        v = bind("window_view", x, sizes=(3, 2, 9), strides=(5, 1, 1))
+        exe = gc.compile(v * 2.0, inputs=[x])
+        xv = np.random.default_rng(0).standard_normal((2, 3, 20))
+        want = np.lib.stride_tricks.as_strided(xv, shape=(2, 3, 3, 2, 9),
+                                               strides=xv.strides[:2] + (40, 8, 8))
+        np.testing.assert_array_equal(gc.evaluate(v, {"x": xv}), want)
+        np.testing.assert_array_equal(exe(x=xv), 2 * want)
+
+
+def test_window_view_gradient_matches_finite_differences():
+    check_grad(lambda x: bind("window_view", x, sizes=(2, 3, 4), strides=(4, 1, 1)) ** 2,
+               {"x": np.random.default_rng(0).standard_normal((3, 12))})
+
+
+def test_window_view_refuses_reads_past_the_axis():
+    with gc.Graph("window_view_bad"):
+        x = gc.placeholder((2, 20), name="x")
+        with pytest.raises(gc.ShapeError, match="reads position 20 of the last axis"):
+            bind("window_view", x, sizes=(3, 2, 10), strides=(5, 1, 1))
+        with pytest.raises(gc.ShapeError, match="one stride per size"):
+            bind("window_view", x, sizes=(3, 2), strides=(5,))
+        with pytest.raises(gc.ShapeError, match="strides >= 0"):
+            bind("window_view", x, sizes=(3,), strides=(-1,))
