@@ -11,18 +11,20 @@ from graphc.api import bind
 from gradcheck import check_grad
 
 
-def _conv(x, w, padding, dilation=None):
+def _conv(x, w, padding, dilation=None, strides=None):
     nsp = x.ndim - 2
-    return bind("conv", x, w, window_strides=(1,) * nsp, padding=tuple(padding),
+    return bind("conv", x, w, window_strides=tuple(strides or (1,) * nsp),
+                padding=tuple(padding),
                 lhs_dilation=(1,) * nsp, rhs_dilation=tuple(dilation or (1,) * nsp),
                 feature_group_count=1)
 
 
-def _compile_conv(xs, ws, padding, dilation=None, dtype="float32", threads=None, batch=None):
+def _compile_conv(xs, ws, padding, dilation=None, dtype="float32", threads=None, batch=None,
+                  strides=None):
     with gc.Graph("conv_in_place"):
         x = gc.placeholder((batch or xs[0],) + tuple(xs[1:]), dtype, name="x")
         w = gc.placeholder(ws, dtype, name="w")
-        y = _conv(x, w, padding, dilation)
+        y = _conv(x, w, padding, dilation, strides)
         exe = gc.compile(y, inputs=[x, w], num_threads=threads)
         return exe, y, x, w
 
@@ -51,10 +53,25 @@ CASES = [  # (x shape, w shape, padding, dilation)
 ]
 
 
+STRIDED = [  # (x shape, w shape, padding, dilation, strides): through the input's phases
+    # (below conv_to_gemm.MIN_FLOPS, where the alternative is the direct loop kernel)
+    ((1, 8, 32, 32), (32, 8, 3, 3), ((1, 1), (1, 1)), None, (2, 2)),     # ResNet's
+    ((1, 8, 33, 31), (32, 8, 3, 3), ((1, 1), (1, 1)), None, (2, 2)),     # odd sizes
+    ((1, 3, 64, 64), (32, 3, 3, 3), ((1, 1), (1, 1)), None, (2, 2)),     # MobileNet's
+    ((2, 8, 30, 30), (16, 8, 5, 5), ((2, 2), (2, 2)), None, (3, 3)),     # stride 3
+    ((2, 8, 30, 30), (16, 8, 3, 3), ((2, 2), (2, 2)), (2, 2), (2, 2)),   # dilated
+    ((1, 16, 32, 32), (16, 16, 4, 4), ((0, 0), (0, 0)), None, (2, 2)),   # k = 2 * taps
+    ((1, 8, 25, 26), (16, 8, 3, 5), ((1, 0), (2, 2)), None, (2, 1)),     # mixed
+    ((2, 32, 16, 16), (64, 32, 1, 1), ((0, 0), (0, 0)), None, (2, 2)),   # 1x1: a slice
+    ((1, 16, 301), (32, 16, 7), ((3, 3),), None, (2,)),                  # 1-D
+]
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("xs,ws,padding,dilation", CASES)
-def test_in_place_conv_matches_reference(xs, ws, padding, dilation, dtype):
-    exe, y, _, _ = _compile_conv(xs, ws, padding, dilation, dtype)
+@pytest.mark.parametrize("xs,ws,padding,dilation,strides",
+                         [c + (None,) for c in CASES] + STRIDED)
+def test_in_place_conv_matches_reference(xs, ws, padding, dilation, strides, dtype):
+    exe, y, _, _ = _compile_conv(xs, ws, padding, dilation, dtype, strides=strides)
     assert "window_view" in exe.dump("optimized")
     # a 1x1 window is a plain product of the image (the own nn kernel)
     form = "nnw" if np.prod(ws[2:]) > 1 else "nn"
@@ -65,26 +82,44 @@ def test_in_place_conv_matches_reference(xs, ws, padding, dilation, dtype):
     np.testing.assert_allclose(exe(**feeds), want, rtol=tol, atol=tol * np.abs(want).max())
 
 
-def test_padded_input_is_written_once_not_the_patches():
+def test_large_strided_convs_keep_the_patch_matrix():
+    """Above MIN_FLOPS a strided 3x3 window runs on the patch matrix (faster there than
+    the phases' 16 products for 9), still exact."""
+    xs, ws = (2, 16, 32, 32), (32, 16, 3, 3)
+    exe, y, _, _ = _compile_conv(xs, ws, ((1, 1), (1, 1)), strides=(2, 2))
+    assert "window_view" not in exe.dump("optimized")
+    feeds = _feeds(xs, ws, "float32")
+    want = _reference(y, feeds)
+    np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("size", [32, 30])
+def test_padded_input_is_written_once_not_the_patches(size):
     """The pad is the one loop kernel before the product; the window_view is read in
-    place (fused into the product), so no buffer of the patches' size exists."""
-    xs, ws = (4, 32, 32, 32), (32, 32, 3, 3)
+    place (fused into the product), so no buffer of the patches' size exists. Output
+    rows of a multiple of 16 are written as they are (here straight into the result);
+    others over the padded width (the wide grid), then cut."""
+    xs, ws = (4, 32, size, size), (32, 32, 3, 3)
     exe, _, _, _ = _compile_conv(xs, ws, ((1, 1), (1, 1)))
-    fusion = exe.dump("fused")
-    assert "read in place by a product through a window_view" in fusion
+    assert "read in place through a window_view" in exe.dump("fused")
     memory = exe.manifest()["memory"]
-    padded = 4 * 32 * (34 + 1) * 34 * 4             # one extra row: the wide grid's slack
-    wide = 4 * 32 * 32 * 34 * 4                     # the product over the padded width
-    assert sorted(b["bytes"] for b in memory["buffers"]) == sorted([padded, wide])
-    assert memory["arena_bytes"] < 4 * 32 * 9 * 32 * 32 * 4    # the patches' size
+    padded = 4 * 32 * (size + 3) * (size + 2) * 4   # one extra row: the wide grid's slack
+    wide = 4 * 32 * size * (size + 2) * 4
+    expected = [padded] if size % 16 == 0 else [padded, wide]
+    assert sorted(b["bytes"] for b in memory["buffers"]) == sorted(expected)
+    assert memory["arena_bytes"] < 4 * 32 * 9 * size * size * 4    # the patches' size
 
 
-def test_symbolic_batch_and_thread_counts_give_the_same_bits():
-    xs, ws, padding = (5, 16, 18, 18), (24, 16, 3, 3), ((1, 1), (1, 1))
+@pytest.mark.parametrize("xs,ws,strides", [((5, 16, 18, 18), (24, 16, 3, 3), (1, 1)),
+                                            ((5, 2, 8, 8), (8, 2, 3, 3), (2, 2))])
+def test_symbolic_batch_and_thread_counts_give_the_same_bits(xs, ws, strides):
+    """Threads take whole images (or, for one image, rows / columns of the product)."""
+    padding = ((1, 1), (1, 1))
     feeds = _feeds(xs, ws, "float32", seed=3)
     results = []
     for threads in (1, 2, 3):
-        exe, y, _, _ = _compile_conv(xs, ws, padding, threads=threads, batch="batch")
+        exe, y, _, _ = _compile_conv(xs, ws, padding, threads=threads, batch="batch",
+                                     strides=strides)
         assert "graphc_own_gemm_nnw" in exe.dump("llvm")
         results.append(exe(**feeds))
         small = {"x": feeds["x"][:2], "w": feeds["w"]}

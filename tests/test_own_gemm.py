@@ -154,7 +154,7 @@ def _jit_kernels(features):
     engine.finalize_object()
     P, L = ctypes.c_void_p, ctypes.c_int64
     proto = ctypes.CFUNCTYPE(None, L, L, L, P, L, L, P, L, P, L)
-    windowed = ctypes.CFUNCTYPE(None, L, L, L, L, P, L, L, P, L, P, P, L)
+    windowed = ctypes.CFUNCTYPE(None, L, L, L, L, P, L, L, P, L, P, P, L, L, L)
     return engine, {k: (windowed if k[0] == "nnw" else proto)(engine.get_function_address(v))
                     for k, v in names.items()}
 
@@ -189,8 +189,9 @@ def test_kernels_for_each_register_layout(features):
 @pytest.mark.parametrize("features", ["+avx2,+fma", "+avx512f"])
 def test_windowed_kernel_for_each_register_layout(features):
     """nnw: B's row k1*K2 + k2 starts at k1*ldb + offsets[k2] (overlapping rows, as a
-    convolution's patch matrix read in place); every tail, several passes over k1, a
-    strided A and a ldc wider than N, called directly."""
+    convolution's patch matrix read in place), its columns in runs of `row` `pitch`
+    apart (an image's output rows); every tail, several passes over k1, a strided A
+    and a ldc wider than N, called directly."""
     from graphc_runtime.cpu import host_features
     if features == "+avx512f" and "+avx512f" not in host_features().split(","):
         pytest.skip("this machine has no AVX-512")
@@ -198,19 +199,23 @@ def test_windowed_kernel_for_each_register_layout(features):
     rng = np.random.default_rng(5)
     for dtype in ("float32", "float64"):
         fn = kernels["nnw", dtype]
-        for m, n, k1, offsets in [(1, 300, 3, [0, 1, 2]), (3, 5, 4, [0, 7]),
-                                  (9, 33, 5, [0, 1, 2, 40, 41, 42, 80, 81, 82]),
-                                  (17, 70, 130, [0, 2, 3, 11, 19, 20, 30, 31, 33]),  # passes
-                                  (8, 16, 2, [5]), (40, 1088, 32, [0, 1, 34, 35])]:
+        for m, n, k1, offsets, row, pitch in [
+                (1, 300, 3, [0, 1, 2], 300, 0), (3, 5, 4, [0, 7], 5, 0),
+                (9, 33, 5, [0, 1, 2, 40, 41, 42, 80, 81, 82], 33, 0),
+                (17, 70, 130, [0, 2, 3, 11, 19, 20, 30, 31, 33], 70, 0),      # passes
+                (8, 16, 2, [5], 16, 0), (40, 1088, 32, [0, 1, 34, 35], 1088, 0),
+                (9, 256, 8, [0, 1, 2, 18, 19, 20], 16, 18),     # rows of 16, 18 apart
+                (1, 160, 3, [0, 1, 2, 34, 35], 32, 34), (20, 96, 70, [0, 1], 32, 35)]:
             k2 = len(offsets)
-            ldb = n + max(offsets) + 3
+            cols = np.array([(j // row) * pitch + j % row for j in range(n)])
+            ldb = cols.max() + max(offsets) + 4
             a = rng.standard_normal((m, k1 * k2 + 3)).astype(dtype)  # lda = K + 3
             flat = rng.standard_normal(k1 * ldb).astype(dtype)
             table = np.array(offsets, np.int64)
             c = np.full((m, n + 2), -7.0, dtype)                      # ldc = n + 2
             fn(m, n, k1, k2, a.ctypes.data, k1 * k2 + 3, 1, flat.ctypes.data, ldb,
-               table.ctypes.data, c.ctypes.data, n + 2)
-            rows = np.stack([flat[i * ldb + o:i * ldb + o + n] for i in range(k1)
+               table.ctypes.data, c.ctypes.data, n + 2, row, pitch)
+            rows = np.stack([flat[i * ldb + o + cols] for i in range(k1)
                              for o in offsets]).astype(np.float64)
             ref = a[:, :k1 * k2].astype(np.float64) @ rows
             tol = 1e-5 if dtype == "float32" else 1e-12

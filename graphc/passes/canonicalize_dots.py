@@ -51,9 +51,9 @@ def canonicalize_dots(program: Program) -> Program:
         if _consecutive(lc) and _consecutive(rc) and not windowed:
             lgroups.append(tuple(lc))
             rgroups.append(tuple(rc))
-        if _consecutive(lfree):
+        if _consecutive(lfree) and lhs.op != "window_view":
             lgroups.append(lfree)
-        if _consecutive(rfree):
+        if _consecutive(rfree) and rhs.op != "window_view":
             rgroups.append(rfree)
         if not lgroups and not rgroups:
             return None

@@ -126,18 +126,24 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
         if cls[n.id] != "fusible" or n.id in materialized:
             continue
         us = users[n.id]
-        # a window_view (overlapping windows: a convolution's patch matrix) read by
-        # products is never written out; the views under it are folded into the
-        # products' reads and the value beneath them is materialized instead
-        if n.op in VIEW_OPS and us and all(
-                cls[u.id] in ("dot", "conv") and n.op == "window_view" or u.id in through
-                for u in us):
+        # a window_view (overlapping windows: a convolution's patch matrix) is never
+        # written out: it and a reshape under it are folded into its consumers' reads
+        # (a product's operand, a depthwise convolution's terms), and the value beneath
+        # is materialized instead (an image padded once, read without guards)
+        if us and (n.op == "window_view" or n.op == "reshape" and
+                   all(u.id in through and u.op == "window_view" for u in us)):
+            through.add(n.id)
+            continue
+        # a broadcast read by products only (a convolution's kernel for each image): the
+        # value under it is written once, not once per copy
+        if n.op == "broadcast_in_dim" and us and all(
+                cls[u.id] == "dot" for u in us) and not pure_view[n.id]:
             through.add(n.id)
             continue
         if any(u.id in through for u in us):
             materialized.add(n.id)
-            decisions.append(f"materialize %{n.id} ({n.op}): read in place by a product "
-                             f"through a window_view")
+            decisions.append(f"materialize %{n.id} ({n.op}): read in place through a "
+                             f"window_view")
             continue
         if any(cls[u.id] == "control" for u in us):
             materialized.add(n.id)

@@ -23,7 +23,7 @@ def blas_plan(k: "K.DotKernel"):
         return None
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
     ms, ns, ks = real(k.m_vars), real(k.n_vars), real(k.k_vars)
-    if len(ks) > 1:
+    if len(ks) > 1 or len(ns) == 2 and len(ks) == 1:
         return window_plan(k, ms, ns, ks)
     if len(ms) > 1 or len(ns) > 1:
         return None
@@ -74,18 +74,24 @@ def window_plan(k: "K.DotKernel", ms, ns, ks):
     """The plan of a product contracting several variables k1, k2, ... (a convolution
     over a window_view of its input): A flat along them (row-major, one stride), B's
     columns contiguous; then B's row for the term (k1, rest) starts at k1*ldb +
-    offsets[rest], the own nnw kernel's form. None when the product is not of that kind."""
-    if len(ms) != 1 or len(ns) != 1 or k.lhs.buffer.id == k.rhs.buffer.id:
+    offsets[rest], the own nnw kernel's form. Two column variables (an image's output rows
+    and columns) are C's rows of `row` columns, B's `pitch` apart. None when the product
+    is not of that kind."""
+    if len(ms) != 1 or len(ns) not in (1, 2) or k.lhs.buffer.id == k.rhs.buffer.id:
         return None
     if k.out.dtype not in ("float32", "float64") or k.acc_dtype != k.out.dtype:
         return None
     extents = [ix.extent_of(v) for v in ks]
-    M, N = ix.extent_of(ms[0]), ix.extent_of(ns[0])
-    if not all(isinstance(e, int) for e in extents) or hint(M * N) < 1:
+    M, N = ix.extent_of(ms[0]), sym_prod([ix.extent_of(v) for v in ns])
+    row = ix.extent_of(ns[-1])
+    if not all(isinstance(e, int) for e in extents + [row]) or hint(M * N) < 1:
+        return None
+    if len(ns) == 2 and row % 16:       # a vector of C's columns within one image row
         return None
     names = {v.name for v in k.batch_vars if isinstance(v, ix.IVar)}
     plan = {"M": M, "N": N, "K": sym_prod(extents), "K1": extents[0], "batch_coefs": {},
-            "own": "nnw", "trans_b": 111}
+            "own": "nnw", "trans_b": 111, "row": row if len(ns) == 2 else None,
+            "pitch": 0}
     for operand, key in ((k.lhs, "a"), (k.rhs, "b")):
         if not isinstance(operand, K.Load) or operand.buffer.dtype != k.out.dtype:
             return None
@@ -93,12 +99,14 @@ def window_plan(k: "K.DotKernel", ms, ns, ks):
         if aff is None:
             return None
         coefs, const = aff
-        free = ms[0] if key == "a" else ns[0]
+        free = ms if key == "a" else ns
         if const < 0 or any(c < 0 for c in coefs.values()) or \
-                set(coefs) - names - {v.name for v in ks} - {free.name}:
+                set(coefs) - names - {v.name for v in ks} - {v.name for v in free}:
             return None
         kc = [coefs.get(v.name, 0) for v in ks]
-        fc = coefs.get(free.name, 0)
+        fc = coefs.get(free[-1].name, 0)
+        if key == "b" and len(ns) == 2:      # image rows `pitch` apart in B
+            plan["pitch"] = coefs.get(ns[0].name, 0)
         if key == "a":                   # A[i, k] at i*a_row + k*a_col, k flat
             step = kc[-1]
             flat = [step * sym_prod(extents[i + 1:]) for i in range(len(ks))]
@@ -109,7 +117,7 @@ def window_plan(k: "K.DotKernel", ms, ns, ks):
         else:                            # B: columns contiguous, rows by the table
             if fc != 1:
                 return None
-            offsets = np.zeros(extents[1:], np.int64) if len(ks) > 1 else None
+            offsets = np.zeros(extents[1:], np.int64)
             for i, (e, c) in enumerate(zip(extents[1:], kc[1:])):
                 shape = [1] * len(extents[1:])
                 shape[i] = e
@@ -244,10 +252,12 @@ class DotEmitter:
             b_ptr = b.gep(self.args[k.rhs.buffer.id][0], [ptrs[1]])
             c_ptr = b.gep(self.args[k.out.id][0], [c_off])
             if own == "nnw":          # B's rows from the window offsets
+                row = c64(plan["row"]) if plan["row"] else cols
                 b.call(fn, [rows, cols, c64(plan["K1"]),
                             c64(len(plan["offsets"])), a_ptr, c64(plan["a_row"]),
                             c64(plan["a_col"]), b_ptr, c64(plan["ldb"]),
-                            self.mb.offsets_table(plan["offsets"]), c_ptr, c64(plan["N"])])
+                            self.mb.offsets_table(plan["offsets"]), c_ptr, c64(plan["N"]),
+                            row, c64(plan["pitch"])])
                 return
             if own:                   # A[i, k] at i*a_row + k*a_col; B as laid out
                 a_row, a_col = (plan["lda"], 1) if plan["trans_a"] == 111 else \

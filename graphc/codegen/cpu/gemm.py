@@ -13,19 +13,24 @@ core's L2 cache from one step to the next) and keep an MR x NR tile of C in regi
 
 - `nnw`: the nn form over a windowed B (a convolution's input read as its patch matrix
   in place, see passes/conv_to_gemm.py): k runs over K1 x K2 terms, row k1*K2 + k2 of B
-  starting at k1*ldb + offsets[k2].
+  starting at k1*ldb + offsets[k2]; B's columns lie in runs of `row` (an output row of
+  the image), `pitch` apart (a padded input row), C's contiguous. `row` must be a
+  multiple of the vector width where it is less than N.
 
 Every element of C is summed in the same order whatever tile, tail or thread range it
 falls in, so results do not depend on the thread count. Signature of nn and nt (i64
 sizes and strides, in elements): f(M, N, K, A, a_row, a_col, B, ldb, C, ldc) computes
 C[i, j] = sum_k A[i*a_row + k*a_col] * B[...] for i < M, j < N; nnw's is
-f(M, N, K1, K2, A, a_row, a_col, B, ldb, offsets, C, ldc), offsets an i64 array of K2.
+f(M, N, K1, K2, A, a_row, a_col, B, ldb, offsets, C, ldc, row, pitch), offsets an i64
+array of K2, column j of B at (j / row) * pitch + j % row.
 """
 from __future__ import annotations
 
 import functools
 
 import llvmlite.ir as ir
+
+from graphc_runtime.errors import CompileError
 
 from .types import COMPUTE, I64, VOID, _mangle
 
@@ -41,11 +46,11 @@ def shape(features: str, dtype: str) -> tuple[int, int, int]:
 
 def _signature(form: str, dtype: str) -> ir.FunctionType:
     """void f(M, N, K, A, a_row, a_col, B, ldb, C, ldc); for nnw
-    void f(M, N, K1, K2, A, a_row, a_col, B, ldb, offsets, C, ldc)."""
+    void f(M, N, K1, K2, A, a_row, a_col, B, ldb, offsets, C, ldc, row, pitch)."""
     p = ir.PointerType(COMPUTE[dtype])
     if form == "nnw":
         return ir.FunctionType(VOID, [I64, I64, I64, I64, p, I64, I64, p, I64,
-                                      ir.PointerType(I64), p, I64])
+                                      ir.PointerType(I64), p, I64, I64, I64])
     return ir.FunctionType(VOID, [I64, I64, I64, p, I64, I64, p, I64, p, I64])
 
 
@@ -93,6 +98,8 @@ class GemmBuilder:
         for i in ((4, 7, 10) if form == "nnw" else (3, 6, 8)):
             fn.args[i].add_attribute("noalias")
         width, mr, nv = shape(self.features, dtype)
+        if form == "nnw" and nv > 2:
+            raise CompileError("the windowed kernel's panels place two vectors at most")
         {"nn": _NN, "nnw": _NN, "nt": _NT}[form](self, fn, ty, width, mr, nv,
                                                form == "nnw").emit()
         return fn
@@ -162,13 +169,15 @@ class _Tiles:
         """The kernel of one rows x cols tile (cols in vectors for nn, elements for nt):
         f(A, a_row, a_col, B, ldb, C, ldc, K, more), `more` != 0 adding to C's values
         (a later block of k) instead of starting from zero; windowed, K counts rows of
-        windows (k1) and two arguments follow: K2 and the offsets."""
+        windows (k1) and three arguments follow: K2, the offsets and the distance of the
+        second vector's columns from the first's in B beyond the vector width (a
+        panel's columns may span two rows of the image)."""
         name = f"{self.fn.name}_t{rows}x{cols}"
         module = self.gb.module
         if name in module.globals:
             return module.globals[name]
         p = ir.PointerType(self.ty)
-        extra = [I64, ir.PointerType(I64)] if self.windowed else []
+        extra = [I64, ir.PointerType(I64), I64] if self.windowed else []
         fn = ir.Function(module, ir.FunctionType(VOID, [p, I64, I64, p, I64, p, I64, I64,
                                                         I64] + extra), name)
         fn.linkage = "internal"
@@ -261,7 +270,7 @@ class _NN(_Tiles):
         """(M, N, K, A, a_row, a_col, B, ldb, C, ldc, window): window (K2, offsets) for
         nnw (K then counts rows of windows), else None."""
         if self.windowed:
-            M, N, K1, K2, A, ar, ac, B, ldb, offsets, C, ldc = self.fn.args
+            M, N, K1, K2, A, ar, ac, B, ldb, offsets, C, ldc, _, _ = self.fn.args
             return M, N, K1, A, ar, ac, B, ldb, C, ldc, (K2, offsets)
         return (*self.fn.args, None)
 
@@ -305,10 +314,24 @@ class _NN(_Tiles):
                 lambda k0, kb: depth(k0, b.select(single, K, kb)), "depth")
         b.ret_void()
 
-    def extra(self):
-        """The windowed tile functions' two last arguments (K2, offsets), else none."""
+    def extra(self, b, j=None):
+        """The windowed tile functions' three last arguments (K2, offsets and the gap
+        of the panel at column j), else none."""
         window = self.args()[-1]
-        return list(window) if window else []
+        if not window:
+            return []
+        gap = ir.Constant(I64, 0)
+        if j is not None:
+            step = ir.Constant(I64, self.width)
+            gap = b.sub(b.sub(self.column_at(b, b.add(j, step)), self.column_at(b, j)), step)
+        return list(window) + [gap]
+
+    def column_at(self, b, j):
+        """Where column j of B starts: (j / row) * pitch + j % row (windowed), or j."""
+        if not self.windowed:
+            return j
+        row, pitch = self.fn.args[-2], self.fn.args[-1]
+        return b.add(b.mul(b.sdiv(j, row), pitch), b.srem(j, row))
 
     def block(self, b, rows, i0, A, B, K, more, pack, buf):
         """Rows i0 .. i0+rows (at most BLOCK) of C, panel by panel of B's columns."""
@@ -318,7 +341,7 @@ class _NN(_Tiles):
         A, C = self.ptr(b, A, b.mul(i0, ar)), self.ptr(b, C, b.mul(i0, ldc))
 
         def columns(j, vectors):
-            src, ld = self.ptr(b, B, j), ldb
+            src, ld = self.ptr(b, B, self.column_at(b, j)), ldb
             if vectors == self.nv and not self.windowed:
                 with b.if_then(pack):
                     def row(k):
@@ -331,7 +354,8 @@ class _NN(_Tiles):
             def call_tile(i, r):
                 b.call(self.tile_function(r, vectors), [
                     self.ptr(b, A, b.mul(i, ar)), ar, ac, src, ld,
-                    self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K, more] + self.extra())
+                    self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K, more] +
+                    self.extra(b, j if vectors > 1 else None))
             self.rows_of(b, rows, call_tile)
 
         j = _for(b, c(0), N, panel, lambda j: columns(j, self.nv), "panels")
@@ -345,14 +369,18 @@ class _NN(_Tiles):
         """C's one row: panels of WIDE vectors, then narrower ones, then columns."""
         _, N, _, _, ar, ac, _, ldb, C, ldc, _ = self.args()
         j = ir.Constant(I64, 0)
-        for vectors in (self.WIDE, self.nv, 1, 0):
+        # windowed: no WIDE panels (a panel's gap places its second vector only)
+        for vectors in (self.nv, 1, 0) if self.windowed else (self.WIDE, self.nv, 1, 0):
             fn = self.tile_function(1, vectors)
             step = self.width * vectors or 1
-            j = _for(b, j, N, step, lambda j, fn=fn: b.call(fn, [
-                A, ar, ac, self.ptr(b, B, j), ldb, self.ptr(b, C, j), ldc, K, more] +
-                self.extra()), f"row{vectors}")
+            j = _for(b, j, N, step, lambda j, fn=fn, v=vectors: b.call(fn, [
+                A, ar, ac, self.ptr(b, B, self.column_at(b, j)), ldb, self.ptr(b, C, j),
+                ldc, K, more] + self.extra(b, j if v > 1 else None)), f"row{vectors}")
 
     def tile(self, b, rows, vectors, A, ar, ac, B, ldb, C, ldc, K, more, *window):
+        gap = ir.Constant(I64, 0)
+        if window:
+            *window, gap = window
         if vectors == 0:
             return self.column(b, rows, A, ar, ac, B, ldb, C, ldc, K, more, window)
         accs = self.zeros(b, rows * vectors, self.vty)
@@ -363,9 +391,13 @@ class _NN(_Tiles):
                                                    ir.Constant(I64, v * self.width))),
                             accs[r * vectors + v])
 
+        # vector v of B's panel at v * width (+ the gap after the first: a panel that
+        # spans two rows of the image; windowed B only)
+        at = [ir.Constant(I64, 0)] + [b.add(ir.Constant(I64, v * self.width), gap)
+                                      for v in range(1, vectors)]
+
         def step(k, row):
-            bv = [self.vload(b, B, b.add(row, ir.Constant(I64, v * self.width)))
-                  for v in range(vectors)]
+            bv = [self.vload(b, B, b.add(row, at[v])) for v in range(vectors)]
             for r in range(rows):
                 a = b.load(self.ptr(b, A, b.add(b.mul(ir.Constant(I64, r), ar),
                                                 b.mul(k, ac))))

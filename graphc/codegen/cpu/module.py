@@ -17,7 +17,7 @@ from .. import llvm_features
 from .control import ControlBuilder, ControlEntry
 from . import gemm
 from .loops import Emitter
-from .parallel import ParallelBuilder, split_var, split_work
+from .parallel import ParallelBuilder, split_granule, split_var, split_work
 from .profiling import Profiling
 from .symbols import emit_dim, program_symbols
 from .types import COMPUTE, F32, I8, I32, I64, LIBM, STORAGE, VOID, _mangle
@@ -35,7 +35,7 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         if data_layout:
             self.module.data_layout = data_layout
         self.kernels: list = []       # (function, buffers, (split var, own threads, least
-        #                               work of a symbolic split or None), trampoline)
+        #      work of a symbolic split or None, chunk granule), trampoline)
         self.threads = 1
         self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
         self.profiling = None         # a Profiling in the profiling build
@@ -140,7 +140,8 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         if split is not None:
             work, threshold = split_work(kernel, self.threads)
             least = (work, threshold) if isinstance(work, Dim) else None
-        entry = (fn, bufs, (split, own_threads, least), trampoline)
+        granule = split_granule(kernel, split) if split is not None else 1
+        entry = (fn, bufs, (split, own_threads, least, granule), trampoline)
         self.kernels.append(entry)
         if self.profiling is not None:
             self.profile_index[id(entry)] = index
@@ -214,7 +215,7 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
                 if index is not None:
                     self.profiling.kernel_end(b, index)
                 continue
-            fn_k, bufs, (split, own_threads, least), trampoline = entry
+            fn_k, bufs, (split, own_threads, least, granule), trampoline = entry
             ptrs = [pointer(x) for x in bufs] + sym_args
             if index is not None:
                 self.profiling.kernel_start(b, index)
@@ -226,7 +227,8 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
                     small = b.icmp_signed("<", emit_dim(b, least[0], values),
                                           ir.Constant(I64, least[1]))
                 self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads,
-                                    emit_dim(b, ix.extent_of(split), values), small)
+                                    emit_dim(b, ix.extent_of(split), values), small,
+                                    granule)
             if index is not None:
                 self.profiling.kernel_end(b, index)
         b.ret_void()

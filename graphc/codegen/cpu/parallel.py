@@ -18,7 +18,7 @@ class ParallelBuilder:
     """ModuleBuilder's calls of split kernels across threads."""
 
     def _parallel_call(self, b, fn_k, ptrs, split, trampoline, own_threads=True,
-                       extent_value=None, small=None) -> None:
+                       extent_value=None, small=None, granule: int = 1) -> None:
         """Run fn_k over `split`'s range in `threads` contiguous chunks. On OpenMP's team
         when the runtime found libgomp (graphc_gomp_parallel set), else chunks 1.. on new
         threads (pthreads) and chunk 0 here, then join; a thread that cannot be started
@@ -26,25 +26,29 @@ class ParallelBuilder:
         the same chunks either way, so results do not depend on the thread count.
         Kernels not worth threads started per call (`own_threads` false) run as one
         call when there is no team, and so does every call where `small` (an i1 a
-        symbolic program computes from the call's sizes) is true."""
+        symbolic program computes from the call's sizes) is true. Chunk bounds inside
+        the range are multiples of `granule` (see split_granule)."""
         if small is not None:
             with b.if_else(small) as (one, many):
                 with one:
                     b.call(fn_k, ptrs + [ir.Constant(I64, 0), extent_value])
                 with many:
                     self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads,
-                                        extent_value)
+                                        extent_value, None, granule)
             return
         i8p = ir.PointerType(I8)
         extent = ix.extent_of(split)
         if isinstance(extent, int):
             threads = min(self.threads, extent)
-            bounds = [ir.Constant(I64, extent * t // threads) for t in range(threads + 1)]
+            cut = [extent * t // threads // granule * granule for t in range(threads)]
+            bounds = [ir.Constant(I64, v) for v in cut + [extent]]
             extent_value = ir.Constant(I64, extent)
         else:                   # chunk bounds from the call's size (some may be empty)
             threads = self.threads
-            bounds = [b.udiv(b.mul(extent_value, ir.Constant(I64, t)),
-                             ir.Constant(I64, threads)) for t in range(threads + 1)]
+            g = ir.Constant(I64, granule)
+            bounds = [b.mul(b.udiv(b.udiv(b.mul(extent_value, ir.Constant(I64, t)),
+                                          ir.Constant(I64, threads)), g), g)
+                      for t in range(threads)] + [extent_value]
         contexts = []
         extra = [] if self.profiling is None else [None]      # the chunk's number
         for t in range(threads):
@@ -235,6 +239,18 @@ def split_var(kern, threads: int):
     return None, False
 
 
+def split_granule(kern, split) -> int:
+    """What a kernel's thread chunks' bounds are multiples of: for the own GEMM kernels
+    split along the columns of C, 16 (a 512-bit vector of floats), so that no chunk but
+    the last ends in columns done one at a time (a product 272 columns wide in two
+    chunks of 136 ran the last 8 columns of the first as scalars); else 1."""
+    if not isinstance(kern, K.DotKernel) or split.name not in {
+            v.name for v in kern.n_vars if isinstance(v, ix.IVar)}:
+        return 1
+    plan = blas_plan(kern)
+    return 16 if plan is not None and plan["own"] in ("nn", "nnw") else 1
+
+
 def _blas_split(kern, threads: int):
     """The m or n variable of a BLAS product to split between OpenMP's threads, or None.
     The split goes along the larger operand's own free dimension (n when B is the bigger
@@ -248,6 +264,14 @@ def _blas_split(kern, threads: int):
     M, N, Kd = (hint(_extent(vs)) for vs in (ms, ns, ks))
     if hint(_extent(kern.batch_vars)) * M * N * Kd < BLAS_CHUNK_MIN_FLOPS * threads:
         return None
+    # a convolution read in place (own nnw kernel): whole images per thread, so that no
+    # thread gets a column tail narrower than a vector (1.5x on a 16 x 17 output grid)
+    images = real(kern.batch_vars)
+    plan = blas_plan(kern)
+    if plan["own"] == "nnw" and images and hint(ix.extent_of(images[0])) >= threads:
+        return images[0]
+    if plan["own"] == "nnw" and plan["row"]:     # C's rows of an image: split along m
+        ns = []
     order = (ns + ms) if N * Kd >= M * Kd else (ms + ns)
     for v in order:
         if hint(ix.extent_of(v)) >= 16 * threads:
