@@ -93,6 +93,21 @@ def test_large_strided_convs_keep_the_patch_matrix():
     np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
 
 
+def test_large_strided_conv_of_a_computed_input_goes_through_the_phases():
+    """Over a value a kernel computes (here relu(x) + x), the phases evaluate it once."""
+    xs, ws = (2, 16, 32, 32), (32, 16, 3, 3)
+    with gc.Graph("phases"):
+        x = gc.placeholder(xs, name="x")
+        w = gc.placeholder(ws, name="w")
+        y = _conv(gc.relu(x) + x, w, ((1, 1), (1, 1)), strides=(2, 2))
+        exe = gc.compile(y, inputs=[x, w])
+        assert "window_view" in exe.dump("optimized")
+        assert "graphc_own_gemm_nnw_" in exe.dump("llvm")
+        feeds = _feeds(xs, ws, "float32", seed=7)
+        want = _reference(y, feeds)
+    np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("size", [32, 30])
 def test_padded_input_is_written_once_not_the_patches(size):
     """The pad is the one loop kernel before the product; the window_view is read in

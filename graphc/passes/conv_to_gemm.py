@@ -279,14 +279,20 @@ def _depthwise_slices(b: Builder, node, x, w):
 
 
 def _phased(node, w) -> bool:
-    """A strided window (more than 1x1): read in place through its phases (see
-    _phases) only where the patch matrix is not worth it (below MIN_FLOPS, else the
-    direct loop kernel): with 16 products for 9 and a phase-splitting kernel of strided
-    reads, 32 -> 64 channels at stride 2 over 32 x 32 images ran 1.25x slower (batch 32)
-    and 1.6x (batch 1) than the patch matrix; 3 -> 32 channels over 64 x 64 at batch 1
-    2.2x faster than the direct kernel."""
+    """A strided window (more than 1x1), read in place through its phases (_phases)."""
     return any(s != 1 for s in node.attrs["window_strides"]) and \
         not all(k == 1 for k in w.shape[2:])
+
+
+def _stored(x) -> bool:
+    """Whether x is a stored value (an input, a variable, a constant) rather than one a
+    kernel computes. A strided window over a stored input runs on the patch matrix
+    above MIN_FLOPS: there the phases' 16 products for 9 and their strided reads cost
+    more (32 -> 64 channels at stride 2 over 32 x 32 images: 1.25x slower at batch 32,
+    1.6x at batch 1). Over a computed input (a residual sum in a ResNet) the phases
+    evaluate it once where the patch matrix evaluates it per window offset (the
+    ResNet-style model at batch 32: 1.06x faster through the phases)."""
+    return x.op in ("parameter", "variable", "constant")
 
 
 def _reads_in_place(node, x, w) -> bool:
@@ -328,7 +334,7 @@ def conv_to_gemm(program: Program) -> Program:
         positions = sym.prod(node.shape[2:])
         flops, patch_bytes = sym.hint(flops), sym.hint(patch_bytes)  # symbolic: a typical size
         if cpu and flops >= IN_PLACE_MIN_FLOPS and _reads_in_place(node, x, w) and (
-                flops < MIN_FLOPS or not _phased(node, w)):
+                flops < MIN_FLOPS or not _phased(node, w) or not _stored(x)):
             return _in_place(builder, node, x, w)
         if flops < MIN_FLOPS:
             return None
