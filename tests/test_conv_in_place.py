@@ -144,6 +144,22 @@ def test_symbolic_batch_and_thread_counts_give_the_same_bits(xs, ws, strides):
     np.testing.assert_allclose(results[0], _reference(y, feeds), rtol=2e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_strided_kernel_view_split_by_rows(threads):
+    """A kernel read through a strided view (every other element of a larger buffer)
+    and one image: threads split the product's rows."""
+    xs, ws = (1, 8, 32, 32), (64, 8, 3, 3, 2)
+    with gc.Graph("strided_kernel"):
+        x = gc.placeholder(xs, name="x")
+        w2 = gc.placeholder(ws, name="w")
+        y = _conv(x, w2[..., 0], ((1, 1), (1, 1)))
+        exe = gc.compile(y, inputs=[x, w2], num_threads=threads)
+        assert "graphc_own_gemm_nnw_" in exe.dump("llvm")
+        feeds = _feeds(xs, ws, "float32", seed=5)
+        want = _reference(y, feeds)
+    np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
 def test_gradients_of_an_in_place_conv_compiled():
     """Training through it: d/dx (a stride-1 conv itself: in place) and d/dw, compiled,
     against the reference interpreter's gradients."""

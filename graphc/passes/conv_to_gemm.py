@@ -1,30 +1,31 @@
-"""Rewrite large convolutions as matrix products.
+"""Rewrite convolutions as matrix products.
 
-conv(x, w) with one feature group, no input dilation and unit strides reads its padded
+On the CPU a convolution with one feature group and no input dilation reads its padded
 input in place: seen flat per image and channel, the patch matrix is a window_view of it
 (row (c, *offset) of image n starts at c*plane + the offset's position), so
-w(O, C*window) @ view gives each image's output over a wide grid (the padded width in
-every axis but the first; the extra columns are cut off after), already in (N, O, *out)
-order: the padded input is written once instead of a patch matrix window-size times its
-size, and no transposes follow. The CPU's own nnw kernel (codegen/cpu/gemm.py) runs it;
-CUDA programs keep the patch matrices below.
+w(O, C*window) @ view gives each image's output already in (N, O, *out) order; the
+padded input is written once instead of a patch matrix window-size times its size, and
+no transposes follow. The own nnw kernel (codegen/cpu/gemm.py) runs the product, writing
+output rows of a multiple of 16 as they are and others over the padded width (a wide
+grid whose extra columns are cut off after). A strided 1x1 window first takes the pixels
+it reads (a slice); other strided windows go through the input's phases (_phases) where
+that pays (see _stored), else on the patch matrix below.
 
-Otherwise (strided convolutions) it becomes: pad x, take strided
-slices, lay them out as a matrix (one fused loop kernel writes it), multiply, and
-transpose the product back to (N, O, *out). Two layouts, whichever needs fewer slices:
+The patch matrix (CUDA programs, strided windows over stored inputs): pad x, take
+strided slices, lay them out as a matrix (one fused loop kernel writes it), multiply,
+and transpose the product back to (N, O, *out). Two layouts, whichever needs fewer
+slices:
 - per window offset (im2col): patches^T (C*window, N*out), then w(O, C*window) @ patches^T;
 - per output position (for large windows over small outputs, as in a kernel gradient):
   patches (out*N, C*window) @ w(O, C*window)^T, one slice per output position.
 Depthwise convolutions (one input channel per group, as in MobileNet) become a sum over
-the window of strided slices times per-channel weights: one fused loop kernel that
-vectorizes along the output rows, instead of the direct kernel's scalar window loop.
-Small convolutions keep the direct loop kernel.
+the window of views of the padded input times per-channel weights: one fused loop
+kernel that vectorizes along the output rows. Small convolutions keep the direct loop
+kernel.
 """
 from __future__ import annotations
 
 import itertools
-
-import numpy as np
 
 from graphc_runtime import dims as sym
 
@@ -190,9 +191,9 @@ def _in_place(b: Builder, node, x, w):
     prod = b.add("dot_general", (wb, view), {
         "lhs_contracting": tuple(range(2, 3 + k)), "rhs_contracting": tuple(range(1, 2 + k)),
         "lhs_batch": (0,), "rhs_batch": (0,)})
-    prod = b.add("reshape", (prod,), {"new_sizes": grid})
     if tuple(grid) == tuple(node.shape):
-        return prod
+        return b.add("reshape", (prod,), {"new_sizes": grid}, like=node)
+    prod = b.add("reshape", (prod,), {"new_sizes": grid})
     return b.add("slice", (prod,), {"start_indices": (0,) * len(grid),
                                     "limit_indices": tuple(node.shape),
                                     "strides": (1,) * len(grid)}, like=node)
@@ -297,9 +298,7 @@ def _stored(x) -> bool:
 
 def _reads_in_place(node, x, w) -> bool:
     """Whether the product can read the padded input in place (see the module's text):
-    unit strides (or a 1x1 window), static sizes, a window of at most MAX_WINDOW
-    offsets and at least two columns per image."""
-    a = node.attrs
+    static sizes, a window of at most MAX_WINDOW offsets, two or more output positions."""
     static = all(isinstance(d, int) for d in tuple(x.shape[1:]) + tuple(w.shape) +
                  tuple(node.shape[2:]))
     return static and len(w.shape) > 2 and sym.prod(w.shape[2:]) <= MAX_WINDOW and \

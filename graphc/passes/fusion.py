@@ -121,7 +121,7 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
             materialized.add(n.id)
             continue
     # decide, consumers known: walk backwards so operand rules see final choices
-    through: set[int] = set()    # views a product reads in place (see below)
+    through: dict[int, str] = {}    # views read in place -> the view they serve
     for n in reversed(nodes):
         if cls[n.id] != "fusible" or n.id in materialized:
             continue
@@ -132,18 +132,19 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
         # is materialized instead (an image padded once, read without guards)
         if us and (n.op == "window_view" or n.op == "reshape" and
                    all(u.id in through and u.op == "window_view" for u in us)):
-            through.add(n.id)
+            through[n.id] = "window_view"
             continue
         # a broadcast read by products only (a convolution's kernel for each image): the
         # value under it is written once, not once per copy
         if n.op == "broadcast_in_dim" and us and all(
                 cls[u.id] == "dot" for u in us) and not pure_view[n.id]:
-            through.add(n.id)
+            through[n.id] = "broadcast_in_dim"
             continue
-        if any(u.id in through for u in us):
+        via = [through[u.id] for u in us if u.id in through]
+        if via:
             materialized.add(n.id)
             decisions.append(f"materialize %{n.id} ({n.op}): read in place through a "
-                             f"window_view")
+                             f"{via[0]}")
             continue
         if any(cls[u.id] == "control" for u in us):
             materialized.add(n.id)

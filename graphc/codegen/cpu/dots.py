@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-import numpy as np
-
 from graphc_runtime.dims import Dim, Undecidable, hint
 from graphc_runtime.dims import prod as sym_prod
+
+from ...ir.ops.shape import window_positions
 
 from ...kernels import index as ix
 from ...kernels import kernel as K
@@ -34,14 +34,10 @@ def blas_plan(k: "K.DotKernel"):
     plan = {"M": M, "N": N, "K": Kd, "batch_coefs": {}}
     names = {v.name for v in real(k.batch_vars)}
     for operand, rows, cols, key in ((k.lhs, ms, ks, "a"), (k.rhs, ks, ns, "b")):
-        if not isinstance(operand, K.Load) or operand.buffer.dtype != k.out.dtype:
-            return None
-        aff = ix.affine(ix.linearize(operand.index, operand.buffer.shape))
+        aff = _strided(operand, k.out.dtype)
         if aff is None:
             return None
         coefs, const = aff
-        if const < 0 or any(c < 0 for c in coefs.values()):
-            return None
         r = coefs.get(rows[0].name, 0) if rows else 0
         c = coefs.get(cols[0].name, 0) if cols else 0
         extra = set(coefs) - names - {v.name for v in rows + cols}
@@ -70,6 +66,17 @@ def blas_plan(k: "K.DotKernel"):
     return plan
 
 
+def _strided(operand, dtype):
+    """(coefficient per loop variable, constant) of an operand read as a strided view of
+    a buffer of `dtype` (non-negative strides and start), or None."""
+    if not isinstance(operand, K.Load) or operand.buffer.dtype != dtype:
+        return None
+    aff = ix.affine(ix.linearize(operand.index, operand.buffer.shape))
+    if aff is None or aff[1] < 0 or any(c < 0 for c in aff[0].values()):
+        return None
+    return aff
+
+
 def window_plan(k: "K.DotKernel", ms, ns, ks):
     """The plan of a product contracting several variables k1, k2, ... (a convolution
     over a window_view of its input): A flat along them (row-major, one stride), B's
@@ -84,7 +91,7 @@ def window_plan(k: "K.DotKernel", ms, ns, ks):
     extents = [ix.extent_of(v) for v in ks]
     M, N = ix.extent_of(ms[0]), sym_prod([ix.extent_of(v) for v in ns])
     row = ix.extent_of(ns[-1])
-    if not all(isinstance(e, int) for e in extents + [row]) or hint(M * N) < 1:
+    if not all(isinstance(e, int) for e in extents + [row]):
         return None
     if len(ns) == 2 and row % 16:       # a vector of C's columns within one image row
         return None
@@ -93,15 +100,12 @@ def window_plan(k: "K.DotKernel", ms, ns, ks):
             "own": "nnw", "trans_b": 111, "row": row if len(ns) == 2 else None,
             "pitch": 0}
     for operand, key in ((k.lhs, "a"), (k.rhs, "b")):
-        if not isinstance(operand, K.Load) or operand.buffer.dtype != k.out.dtype:
-            return None
-        aff = ix.affine(ix.linearize(operand.index, operand.buffer.shape))
+        aff = _strided(operand, k.out.dtype)
         if aff is None:
             return None
         coefs, const = aff
         free = ms if key == "a" else ns
-        if const < 0 or any(c < 0 for c in coefs.values()) or \
-                set(coefs) - names - {v.name for v in ks} - {v.name for v in free}:
+        if set(coefs) - names - {v.name for v in ks} - {v.name for v in free}:
             return None
         kc = [coefs.get(v.name, 0) for v in ks]
         fc = coefs.get(free[-1].name, 0)
@@ -117,11 +121,7 @@ def window_plan(k: "K.DotKernel", ms, ns, ks):
         else:                            # B: columns contiguous, rows by the table
             if fc != 1:
                 return None
-            offsets = np.zeros(extents[1:], np.int64)
-            for i, (e, c) in enumerate(zip(extents[1:], kc[1:])):
-                shape = [1] * len(extents[1:])
-                shape[i] = e
-                offsets = offsets + (np.arange(e, dtype=np.int64) * c).reshape(shape)
+            offsets = window_positions(extents[1:], kc[1:])
             plan["ldb"], plan["offsets"] = kc[0], tuple(int(o) for o in offsets.reshape(-1))
         plan[f"{key}_const"] = const
         plan["batch_coefs"][operand.buffer.id] = [(n, coefs[n]) for n in coefs if n in names]
@@ -239,7 +239,8 @@ class DotEmitter:
             if split_m:               # rows begin..end of C: of A's rows (or columns)
                 begin, end = self.bounds[split_m[0]]
                 rows = b.sub(end, begin)
-                step = plan["lda"] if plan["trans_a"] == 111 else 1
+                step = plan["a_row"] if "a_row" in plan else \
+                    plan["lda"] if plan["trans_a"] == 111 else 1
                 ptrs[0] = b.add(ptrs[0], b.mul(begin, c64(step)))
                 c_off = b.add(c_off, b.mul(begin, c64(plan["N"])))
             elif split_n:             # columns begin..end of C: of B's columns (or rows)
