@@ -125,7 +125,7 @@ def _laplacian_graphc(u):
     return 4.0 * u - p[:-2, 1:-1] - p[2:, 1:-1] - p[1:-1, :-2] - p[1:-1, 2:]
 
 
-def cg_graphc(n=128, max_steps=MAX_STEPS):
+def cg_graphc(n=128, max_steps=MAX_STEPS, device="cpu"):
     with gc.Graph("w10"):
         b = gc.placeholder((n, n), name="b")
         x0 = gc.zeros((n, n))
@@ -146,7 +146,7 @@ def cg_graphc(n=128, max_steps=MAX_STEPS):
             p = r + (rr_new / rr) * p
             return k + 1, x, r, p, rr_new
         k, x, *_ = gc.while_loop(cond, body, (0, x0, b, b, rr0))
-        return gc.compile({"x": x, "steps": k})
+        return gc.compile({"x": x, "steps": k}, device=device)
 
 
 def _laplacian_np(u):
