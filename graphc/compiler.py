@@ -109,7 +109,10 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
                         {name: graph.variables[name] for name in lowered.variables},
                         [c for _, c in lowered.constants], collectives)
 
-    stats = _stats(plan, lowered, len(lowered.kernels), seconds, start, num_threads=num_threads)
+    chained = cpu_codegen.chain_plan(lowered.kernels, num_threads, lowered.memory.offsets)
+    stats = _stats(plan, lowered, len(lowered.kernels), seconds, start, num_threads=num_threads,
+                   chained_kernels=[(lowered.kernels[t].name, lowered.kernels[t + 1].name)
+                                    for t in sorted(chained)])
     dumps = _dumps(pm, plan, lowered, llvm=native_module.optimized_ir)
     from .artifact_info import describe_program
     info = describe_program(optimized, plan, lowered,

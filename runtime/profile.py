@@ -152,6 +152,22 @@ def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwarg
         for k, meta in enumerate(kernels):
             start, end = int(kern[k, 0]), int(kern[k, 1])
             if start == 0 or end < start:
+                # a follower run in the previous kernel's chunks (chained): its longest
+                # chunk is its time, taken out of the previous kernel's
+                spans = [int(c1) - int(c0) for c0, c1, _ in chunks[k] if c0 and c1 >= c0]
+                if spans and k > 0:
+                    totals[k] += max(spans)
+                    totals[k - 1] -= max(spans)
+                    for c, (c0, c1, thread) in enumerate(chunks[k]):
+                        if c0 and c1 >= c0:
+                            tid = 1 + (int(thread) if thread >= 0 else c)
+                            threads.add(tid)
+                            events.append({"name": f"{meta['name']} [chunk {c}]",
+                                           "cat": meta["kind"], "ph": "X", "pid": 1,
+                                           "tid": tid, "ts": (int(c0) - origin) / 1e3,
+                                           "dur": (int(c1) - int(c0)) / 1e3,
+                                           "args": {"kind": meta["kind"], "call": call,
+                                                    "chained": True}})
                 continue
             totals[k] += end - start
             args_ = {"kind": meta["kind"], "ops": ", ".join(compact_ops(meta["ops"])),

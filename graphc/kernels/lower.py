@@ -16,6 +16,7 @@ from graphc_runtime.errors import CompileError
 from ..ir import dtypes
 from ..ir.graph import Node
 from ..passes import memory
+from . import chaining
 from ..passes.fusion import FusionPlan, Group
 from ..passes.program import Program
 from . import kernel as K
@@ -235,9 +236,18 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
         for ld in K.kernel_loads(k):
             if ld.buffer.kind == "temp":
                 last[ld.buffer.id] = max(last.get(ld.buffer.id, t), t)
+    # a kernel that may run in the previous one's thread chunks (kernels/chaining.py)
+    # must not write where that one still reads: its buffers stay live one step more
+    shielded = set()
+    if program.annotations.get("device", "cpu") == "cpu":
+        for t in chaining.candidates(kernels):
+            for buf in chaining.leader_buffers(kernels[t]):
+                if buf.kind == "temp" and buf.id in last:
+                    last[buf.id] = max(last[buf.id], t + 1)
+                    shielded.add(buf.id)
     for b in first:
         sizes[b] = buffers[b].nbytes
-    pairs = _in_place_pairs(kernels, last)
+    pairs = [(a, o) for a, o in _in_place_pairs(kernels, last) if a not in shielded]
     mem = memory.plan_memory(sizes, first, last, pairs)
     slots = {}
     slot = 1

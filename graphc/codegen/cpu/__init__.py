@@ -8,10 +8,10 @@ float16/bfloat16 are storage types (math in float32, rounded after each operatio
 reference does); bool is stored as one byte.
 """
 from .loops import Emitter
-from .module import ModuleBuilder, NativeModule, _aliased_buffers, emit_module
+from .module import ModuleBuilder, NativeModule, _aliased_buffers, chain_plan, emit_module
 from .parallel import _extent, split_var, strided_loop
 from .types import COMPUTE, F16, F32, F64, I1, I8, I16, I32, I64, STORAGE, VOID
 
 __all__ = ["COMPUTE", "F16", "F32", "F64", "I1", "I8", "I16", "I32", "I64", "STORAGE",
            "VOID", "Emitter", "ModuleBuilder", "NativeModule", "_aliased_buffers", "_extent",
-           "emit_module", "split_var", "strided_loop"]
+           "chain_plan", "emit_module", "split_var", "strided_loop"]

@@ -13,11 +13,13 @@ from graphc_runtime.errors import CompileError
 
 from ...kernels import index as ix
 from ...kernels import kernel as K
+from ...kernels.chaining import chain_block, follower_split
 from .. import llvm_features
 from .control import ControlBuilder, ControlEntry
 from . import gemm
 from .loops import Emitter
-from .parallel import ParallelBuilder, split_granule, split_var, split_work
+from .dots import blas_plan
+from .parallel import ParallelBuilder, split_granule, split_var, split_work, strided_loop
 from .profiling import Profiling
 from .symbols import emit_dim, program_symbols
 from .types import COMPUTE, F32, I8, I32, I64, LIBM, STORAGE, VOID, _mangle
@@ -44,6 +46,15 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         self.dims_slot = None         # the table slot of the symbols' values (i64[])
 
     # -- helpers --------------------------------------------------------------------------
+    def loop_metadata(self, name: str, value) -> ir.MDValue:
+        """A new loop ID (LLVM's self-referencing !llvm.loop node) with one property."""
+        prop = self.module.add_metadata([ir.MetaDataString(self.module, name), value])
+        self._loops = getattr(self, "_loops", 0) + 1
+        md = self.module.add_metadata([ir.MetaDataString(self.module,
+                                                         f"graphc.loop.{self._loops}"), prop])
+        md.operands = (md,) + tuple(md.operands[1:])
+        return md
+
     def intrinsic(self, name, types):
         """Declare an LLVM intrinsic overloaded on `types` (mangled as LLVM expects)."""
         mangled = name + "".join("." + _mangle(t) for t in types)
@@ -100,12 +111,38 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
 
     # -- kernels --------------------------------------------------------------------------
     def add_kernel(self, kernel, aliased: set, split: "ix.IVar | None" = None,
-                   own_threads: bool = True) -> None:
+                   own_threads: bool = True, then=None) -> None:
         """Emit `kernel` as an internal function; `aliased` holds ids of buffers that may
         share memory with another buffer of this kernel (no noalias for them). With a
         `split` loop variable the function takes (begin, end) for it as two last i64
         arguments, so that threads can run disjoint ranges: OpenMP's team when present,
-        else threads started for the call if `own_threads`, else one call."""
+        else threads started for the call if `own_threads`, else one call. `then`:
+        (follower kernel, its aliased set, its loop variable) to run in each of this
+        kernel's chunks, right after it (see chaining.py)."""
+        fn, bufs = self._kernel_function(kernel, aliased, split)
+        index = len(self.profile_index)
+        if then is not None:
+            follower, f_aliased, u = then
+            f_fn, f_bufs = self._kernel_function(follower, f_aliased, u)
+            block = chain_block(kernel, split, split_granule(kernel, split))
+            if isinstance(kernel, K.DotKernel) and (blas_plan(kernel) or {}).get("own") is None:
+                block = 1 << 62      # OpenBLAS: chunks as large as the split makes them
+            fn, bufs = self._chained(fn, bufs, f_fn, f_bufs, index, block), bufs + f_bufs
+        trampoline = self._trampoline(fn, bufs, index) if split is not None else None
+        least = None              # a symbolic split checks its work at the call
+        if split is not None:
+            work, threshold = split_work(kernel, self.threads)
+            least = (work, threshold) if isinstance(work, Dim) else None
+        granule = split_granule(kernel, split) if split is not None else 1
+        entry = (fn, bufs, (split, own_threads, least, granule), trampoline)
+        self.kernels.append(entry)
+        if self.profiling is not None:
+            self.profile_index[id(entry)] = index
+            if then is not None:          # the follower keeps its number (chunks only)
+                self.profile_index[("follower", id(entry))] = index + 1
+
+    def _kernel_function(self, kernel, aliased: set, split):
+        """(the kernel's internal function, the buffers it takes in order)."""
         buffers = {}
         for load in K.kernel_loads(kernel):
             buffers[load.buffer.id] = load.buffer
@@ -134,17 +171,37 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
             em.bounds[split.name] = (fn.args[-2], fn.args[-1])
         em.kernel(kernel)
         builder.ret_void()
-        index = len(self.profile_index)
-        trampoline = self._trampoline(fn, bufs, index) if split is not None else None
-        least = None              # a symbolic split checks its work at the call
-        if split is not None:
-            work, threshold = split_work(kernel, self.threads)
-            least = (work, threshold) if isinstance(work, Dim) else None
-        granule = split_granule(kernel, split) if split is not None else 1
-        entry = (fn, bufs, (split, own_threads, least, granule), trampoline)
-        self.kernels.append(entry)
-        if self.profiling is not None:
-            self.profile_index[id(entry)] = index
+        return fn, bufs
+
+    def _chained(self, fn, bufs, f_fn, f_bufs, index: int, block: int):
+        """A function over both kernels' buffers, the symbols and (begin, end) that runs
+        the range in blocks of `block` iterations, the leader's block then the
+        follower's, so that the follower reads what the leader just wrote from the
+        core's cache (timed apart in the profiling build: the follower's chunks under
+        kernel number index + 1)."""
+        n_sym = len(self.symbols)
+        params = [ir.PointerType(STORAGE[b.dtype]) for b in bufs + f_bufs] + \
+            [I64] * (n_sym + 2)
+        pair = ir.Function(self.module, ir.FunctionType(VOID, params), fn.name + "_chained")
+        pair.linkage = "internal"
+        b = ir.IRBuilder(pair.append_basic_block("entry"))
+        args = list(pair.args)
+        syms, (begin, end) = args[len(bufs) + len(f_bufs):-2], args[-2:]
+        thread = self.team_thread(b) if self.profiling is not None else None
+
+        def run(lo):
+            hi = b.add(lo, ir.Constant(I64, block))
+            hi = b.select(b.icmp_signed("<", hi, end), hi, end)
+            b.call(fn, args[:len(bufs)] + syms + [lo, hi])
+            follow = lambda: b.call(f_fn, args[len(bufs):len(bufs) + len(f_bufs)] + syms +
+                                    [lo, hi])
+            if self.profiling is None:
+                follow()
+            else:
+                self.profiling.follower(b, index + 1, thread, follow)
+        strided_loop(b, begin, end, ir.Constant(I64, block), run)
+        b.ret_void()
+        return pair
 
     def _trampoline(self, fn, bufs, index: int):
         """ptr kN_thread(ptr ctx): ctx holds the buffer addresses, begin and end (i64),
@@ -314,16 +371,24 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
     def emit_schedule(low):
         """Emit a Lowered program's kernels: its segments (runs between collectives)."""
         segments = [[]]
-        for kern in low.kernels:
+        chained = chain_plan(low.kernels, threads, low.memory.offsets)
+        followers = {t + 1 for t in chained}
+        for t, kern in enumerate(low.kernels):
             if isinstance(kern, K.CollectiveKernel):
                 segments.append([])           # the runtime runs the collective in between
                 continue
             if isinstance(kern, K.ControlKernel):
                 segments[-1].append(mb.add_control(kern, emit_schedule))
                 continue
+            if t in followers:
+                continue                      # emitted in its leader's chunks
             aliased = _aliased_buffers(kern, low.memory.offsets)
             split, own_threads = split_var(kern, threads)
-            mb.add_kernel(kern, aliased, split, own_threads)
+            then = None
+            if t in chained:
+                follower = low.kernels[t + 1]
+                then = (follower, _aliased_buffers(follower, low.memory.offsets), chained[t])
+            mb.add_kernel(kern, aliased, split, own_threads, then)
             segments[-1].append(mb.kernels[-1])
         return segments
     segments = emit_schedule(lowered)
@@ -336,6 +401,23 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
     mb.add_entry(1 + len(lowered.slots), len(lowered.inputs) + len(lowered.outputs),
                  input_bytes, guarded)
     return str(mb.module)
+
+
+def chain_plan(kernels, threads: int, offsets) -> dict:
+    """{step t: the loop variable of kernel t + 1 that runs in kernel t's thread chunks}
+    (kernels/chaining.py): kernel t split for threads and the two chainable (kernel
+    t + 1 then takes kernel t's chunks, whether or not it would be split itself)."""
+    plan = {}
+    for t in range(len(kernels) - 1):
+        if t - 1 in plan:
+            continue                          # kernel t is a follower already
+        split = split_var(kernels[t], threads)[0]
+        if split is None:
+            continue
+        u = follower_split(kernels[t], split, kernels[t + 1], offsets)
+        if u is not None:
+            plan[t] = u
+    return plan
 
 
 def _aliased_buffers(kern, offsets) -> set:

@@ -65,3 +65,26 @@ class Profiling:
         run()
         self._store(b, self.chunk_times, b.add(base, ir.Constant(I64, 1)), self.now(b))
         self._store(b, self.chunk_times, b.add(base, ir.Constant(I64, 2)), thread)
+
+    def follower(self, b, k: int, thread, run) -> None:
+        """Time `run()`, one block of a chained follower (see kernels/chaining.py), into
+        kernel k's chunk numbered by the team thread that runs it (0 off the team):
+        start is the first block's start, end - start the blocks' time added up."""
+        chunk = b.select(b.icmp_signed("<", thread, ir.Constant(I64, 0)), ir.Constant(I64, 0),
+                         thread)
+        chunk = b.select(b.icmp_signed(">=", chunk, ir.Constant(I64, self.chunks)),
+                         ir.Constant(I64, 0), chunk)
+        base = b.mul(b.add(b.mul(ir.Constant(I64, k), ir.Constant(I64, self.chunks)), chunk),
+                     ir.Constant(I64, 3))
+        slot = lambda d: b.gep(self.chunk_times, [ir.Constant(I32, 0),
+                                                  b.add(base, ir.Constant(I64, d))])
+        t0 = self.now(b)
+        run()
+        t1 = self.now(b)
+        first = b.load(slot(0))
+        fresh = b.icmp_signed("==", first, ir.Constant(I64, 0))
+        start = b.select(fresh, t0, first)
+        end = b.select(fresh, t0, b.load(slot(1)))
+        b.store(start, slot(0))
+        b.store(b.add(end, b.sub(t1, t0)), slot(1))
+        b.store(thread, slot(2))
