@@ -157,6 +157,11 @@ def test_dot_with_views_and_epilogue(graph, rng):
     # depthwise (one channel per group): rewritten as a window sum of slices
     ((2, 4, 9, 8), (4, 1, 3, 2), (2, 1), ((1, 2), (0, 1)), (1, 1), (2, 1), 4),
     ((1, 3, 6, 6), (3, 1, 2, 2), (1, 1), ((1, -1), (0, 0)), (1, 1), (1, 1), 3),
+    # strided depthwise windows run over the input's phases (unit-stride reads)
+    ((2, 4, 9, 9), (4, 1, 3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), (1, 1), 4),
+    ((1, 3, 11, 10), (3, 1, 3, 3), (2, 3), ((1, 0), (2, 1)), (1, 1), (1, 1), 3),
+    ((1, 2, 10, 12), (2, 1, 5, 2), (3, 2), ((2, -1), (0, 0)), (1, 1), (1, 1), 2),
+    ((2, 5, 8, 8), (5, 1, 2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), (1, 1), 5),
 ])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_conv(graph, rng, xshape, wshape, stride, pad, ldil, rdil, groups, dtype):

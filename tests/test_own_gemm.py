@@ -1,6 +1,8 @@
 """graphc's own GEMM kernels (codegen/cpu/gemm.py) for small products: chosen where they
 beat OpenBLAS, exact against numpy in float64, every tail of rows / columns, transposed
 operands, batches, symbolic sizes, and the same bits for any thread count."""
+import re
+
 import numpy as np
 import pytest
 
@@ -223,3 +225,20 @@ def test_windowed_kernel_for_each_register_layout(features):
                                        err_msg=f"nnw {dtype} {m}x{n}x{k1}x{k2}")
             assert (c[:, n:] == -7.0).all()
     del engine
+
+
+def test_small_products_on_the_own_kernels_are_shared_by_threads():
+    """A pointwise convolution's 64 x 32 @ 32 x 1024 (2M multiply-adds) is below the
+    bound that keeps OpenBLAS's chunks on its standard kernels, but the own kernels sum
+    in the same order for any split: it runs on both threads, with the same bits."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((64, 32)).astype(np.float32)
+    b = rng.standard_normal((32, 1024)).astype(np.float32)
+    with gc.Graph():
+        x, y = gc.placeholder(a.shape, name="a"), gc.placeholder(b.shape, name="b")
+        one = gc.compile(x @ y, num_threads=1)
+        two = gc.compile(x @ y, num_threads=2)
+    assert re.search(r"@k\d+_dot_thread", two.dump("llvm"))
+    assert not re.search(r"@k\d+_dot_thread", one.dump("llvm"))
+    np.testing.assert_array_equal(one(a, b), two(a, b))
+    np.testing.assert_allclose(two(a, b), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)

@@ -177,6 +177,14 @@ THREAD_MIN_WORK = 1 << 22        # without libgomp, threads are started per call
 # microseconds each): below this the split kernel runs as one call
 BLAS_CHUNK_MIN_FLOPS = 1 << 21   # a BLAS product's chunks each keep this much work (and so
 # OpenBLAS's standard kernels: every element is summed in the same order for any split)
+OWN_CHUNK_MIN_WORK = 1 << 17     # multiply-adds per chunk of graphc's own GEMM kernels, whose
+# sums do not depend on the split: a MobileNet-style pointwise convolution (64 x 32 @
+# 32 x 1024, 2M) ran on one thread below the OpenBLAS bound, at half the speed of two
+
+
+def _chunk_min(plan) -> int:
+    """The least work (multiply-adds) of one thread's chunk of a product run by `plan`."""
+    return OWN_CHUNK_MIN_WORK if plan.get("own") else BLAS_CHUNK_MIN_FLOPS
 
 
 COSTLY_WEIGHT = 8                # element-steps an element of each expensive op (exp,
@@ -196,7 +204,7 @@ def split_work(kern, threads: int):
     kernel then runs as one call when it is smaller)."""
     if isinstance(kern, K.DotKernel) and blas_plan(kern) is not None:
         return _extent(kern.batch_vars + kern.m_vars + kern.n_vars + kern.k_vars), \
-            BLAS_CHUNK_MIN_FLOPS * threads
+            _chunk_min(blas_plan(kern)) * threads
     if isinstance(kern, K.LoopKernel):
         work = _extent(kern.loop_vars) * (1 + COSTLY_WEIGHT * _expensive_ops(kern.stores))
     elif isinstance(kern, K.RowKernel):
@@ -262,12 +270,12 @@ def _blas_split(kern, threads: int):
     ms, ns, ks = real(kern.m_vars), real(kern.n_vars), real(kern.k_vars)
     # symbolic sizes: decided for a typical size, the chunks' bounds computed at the call
     M, N, Kd = (hint(_extent(vs)) for vs in (ms, ns, ks))
-    if hint(_extent(kern.batch_vars)) * M * N * Kd < BLAS_CHUNK_MIN_FLOPS * threads:
+    plan = blas_plan(kern)
+    if hint(_extent(kern.batch_vars)) * M * N * Kd < _chunk_min(plan) * threads:
         return None
     # a convolution read in place (own nnw kernel): whole images per thread, so that no
     # thread gets a column tail narrower than a vector (1.5x on a 16 x 17 output grid)
     images = real(kern.batch_vars)
-    plan = blas_plan(kern)
     if plan["own"] == "nnw" and images and hint(ix.extent_of(images[0])) >= threads:
         return images[0]
     if plan["own"] == "nnw" and plan["row"]:     # C's rows of an image: split along m
