@@ -20,7 +20,8 @@ slices:
   patches (out*N, C*window) @ w(O, C*window)^T, one slice per output position.
 Depthwise convolutions (one input channel per group, as in MobileNet) become a sum over
 the window of views of the padded input times per-channel weights: one fused loop
-kernel that vectorizes along the output rows. Small convolutions keep the direct loop
+kernel that vectorizes along the output rows (strided windows read the input's phases,
+_depthwise_phases). Small convolutions keep the direct loop
 kernel.
 """
 from __future__ import annotations
