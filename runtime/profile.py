@@ -151,34 +151,25 @@ def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwarg
             origin = int(kern[kern > 0].min()) if (kern > 0).any() else 0
         for k, meta in enumerate(kernels):
             start, end = int(kern[k, 0]), int(kern[k, 1])
+            args_ = {"kind": meta["kind"], "ops": ", ".join(compact_ops(meta["ops"])),
+                     "bytes": meta["read"] + meta["written"], "call": call}
+            ran = [(c, int(c0), int(c1), int(thread))
+                   for c, (c0, c1, thread) in enumerate(chunks[k]) if c0 and c1 >= c0]
             if start == 0 or end < start:
                 # a follower run in the previous kernel's chunks (chained): its longest
                 # chunk is its time, taken out of the previous kernel's
-                spans = [int(c1) - int(c0) for c0, c1, _ in chunks[k] if c0 and c1 >= c0]
-                if spans and k > 0:
-                    totals[k] += max(spans)
-                    totals[k - 1] -= max(spans)
-                    for c, (c0, c1, thread) in enumerate(chunks[k]):
-                        if c0 and c1 >= c0:
-                            tid = 1 + (int(thread) if thread >= 0 else c)
-                            threads.add(tid)
-                            events.append({"name": f"{meta['name']} [chunk {c}]",
-                                           "cat": meta["kind"], "ph": "X", "pid": 1,
-                                           "tid": tid, "ts": (int(c0) - origin) / 1e3,
-                                           "dur": (int(c1) - int(c0)) / 1e3,
-                                           "args": {"kind": meta["kind"], "call": call,
-                                                    "chained": True}})
-                continue
-            totals[k] += end - start
-            args_ = {"kind": meta["kind"], "ops": ", ".join(compact_ops(meta["ops"])),
-                     "bytes": meta["read"] + meta["written"], "call": call}
-            events.append({"name": meta["name"], "cat": meta["kind"], "ph": "X", "pid": 1,
-                           "tid": 0, "ts": (start - origin) / 1e3, "dur": (end - start) / 1e3,
-                           "args": args_})
-            for c in range(chunks.shape[1]):
-                c0, c1, thread = (int(v) for v in chunks[k, c])
-                if c0 == 0 or c1 < c0:
+                if not ran or k == 0:
                     continue
+                longest = max(c1 - c0 for _, c0, c1, _ in ran)
+                totals[k] += longest
+                totals[k - 1] -= longest
+                args_["chained"] = True
+            else:
+                totals[k] += end - start
+                events.append({"name": meta["name"], "cat": meta["kind"], "ph": "X",
+                               "pid": 1, "tid": 0, "ts": (start - origin) / 1e3,
+                               "dur": (end - start) / 1e3, "args": args_})
+            for c, c0, c1, thread in ran:
                 tid = 1 + (thread if thread >= 0 else c)
                 threads.add(tid)
                 events.append({"name": f"{meta['name']} [chunk {c}]", "cat": meta["kind"],

@@ -26,14 +26,24 @@ BLOCK_BYTES = 256 << 10          # what the leader writes per block of a chunk (
 # follower reads it back from the core's L2 cache)
 
 
-def _leader_axes(leader, v) -> dict | None:
-    """{buffer id: the axis at which the leader's stores index it by v} for every buffer
-    the leader writes, or None where some store does not index by v at one fixed axis."""
+def _stores(leader) -> list:
+    """Every store of a leader kernel, a product's own output among them."""
     stores = K.kernel_stores(leader)
     if isinstance(leader, K.DotKernel):
         stores = stores + [K.Store(leader.out, None, leader.out_index)]
+    return stores
+
+
+def _written(leader) -> dict:
+    """{buffer id: buffer} of what a leader kernel writes."""
+    return {st.buffer.id: st.buffer for st in _stores(leader)}
+
+
+def _leader_axes(leader, v) -> dict | None:
+    """{buffer id: the axis at which the leader's stores index it by v} for every buffer
+    the leader writes, or None where some store does not index by v at one fixed axis."""
     axes: dict = {}
-    for st in stores:
+    for st in _stores(leader):
         hits = [d for d, e in enumerate(st.index) if isinstance(e, ix.IVar) and e.name == v.name]
         if len(hits) != 1 or axes.setdefault(st.buffer.id, hits[0]) != hits[0]:
             return None
@@ -66,11 +76,8 @@ def follower_split(leader, split, follower, offsets):
     axes = _leader_axes(leader, split)
     if axes is None:
         return None
-    written = {st.buffer.id: st.buffer for st in K.kernel_stores(leader)}
-    if isinstance(leader, K.DotKernel):
-        written[leader.out.id] = leader.out
-    leader_bufs = dict(written)
-    leader_bufs.update({ld.buffer.id: ld.buffer for ld in K.kernel_loads(leader)})
+    written = _written(leader)
+    leader_bufs = leader_buffers(leader)
     u = None
     for ld in K.kernel_loads(follower):
         if ld.buffer.id not in written:
@@ -87,7 +94,7 @@ def follower_split(leader, split, follower, offsets):
     if ix.extent_of(u) != ix.extent_of(split):
         return None
     for st in follower.stores:
-        if any(_overlap(st.buffer, x, offsets) for x in leader_bufs.values()):
+        if any(_overlap(st.buffer, x, offsets) for x in leader_bufs):
             return None
     return u
 
@@ -101,10 +108,8 @@ def candidates(kernels) -> list:
         leader = kernels[t]
         if not isinstance(leader, (K.DotKernel, K.LoopKernel, K.RowKernel)):
             continue
-        names = {}
-        for st in K.kernel_stores(leader) + ([K.Store(leader.out, None, leader.out_index)]
-                                             if isinstance(leader, K.DotKernel) else []):
-            names.update({e.name: e for e in st.index if isinstance(e, ix.IVar)})
+        names = {e.name: e for st in _stores(leader) for e in st.index
+                 if isinstance(e, ix.IVar)}
         if any(follower_split(leader, v, kernels[t + 1], None) is not None
                for v in names.values()):
             out.append(t)
@@ -114,9 +119,7 @@ def candidates(kernels) -> list:
 def leader_buffers(kernel) -> list:
     """Every buffer a (leader) kernel reads or writes."""
     bufs = {ld.buffer.id: ld.buffer for ld in K.kernel_loads(kernel)}
-    bufs.update({st.buffer.id: st.buffer for st in K.kernel_stores(kernel)})
-    if isinstance(kernel, K.DotKernel):
-        bufs[kernel.out.id] = kernel.out
+    bufs.update(_written(kernel))
     return list(bufs.values())
 
 
@@ -124,10 +127,7 @@ def chain_block(leader, split, granule: int = 1) -> int:
     """Iterations of `split` per block: the leader writes about BLOCK_BYTES a block (an
     image of a batch, a few dozen output channels of one image), a multiple of
     `granule` (the leader's chunk bounds' granule)."""
-    written = {st.buffer.id: st.buffer for st in K.kernel_stores(leader)}
-    if isinstance(leader, K.DotKernel):
-        written[leader.out.id] = leader.out
-    total = sum(hint(b.nbytes) for b in written.values())
+    total = sum(hint(b.nbytes) for b in _written(leader).values())
     per = max(1, total // max(1, hint(ix.extent_of(split))))
     block = max(1, BLOCK_BYTES // per)
     return -(-block // granule) * granule

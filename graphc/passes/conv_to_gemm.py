@@ -98,6 +98,29 @@ def _slack_rows(slack: int, full) -> int:
     return -(-slack // sym.prod(full[1:]))
 
 
+def _phase_grid(node, span):
+    """(taps, planes) per spatial axis of a strided window spanning `span` pixels: the
+    offsets q each phase r takes (ceil(span / stride)) and each phase plane's size."""
+    strides = node.attrs["window_strides"]
+    taps = [-(-sp // s) for sp, s in zip(span, strides)]
+    return taps, [m + q - 1 for m, q in zip(node.shape[2:], taps)]
+
+
+def _phase_planes(b: Builder, node, x, planes):
+    """x padded as the convolution pads it, then with zeros (or crops) to stride * plane,
+    laid out per image and channel as its phase planes: (N, C, *r, *plane)."""
+    a = node.attrs
+    n, c = x.shape[:2]
+    strides, nsp = a["window_strides"], len(planes)
+    padding = [(lo, s * pl - size - lo) for (lo, _), size, s, pl in
+               zip(a["padding"], x.shape[2:], strides, planes)]
+    xp = _padded(b, x, padding)
+    split = (n, c) + tuple(v for pl, s in zip(planes, strides) for v in (pl, s))
+    xp = b.add("reshape", (xp,), {"new_sizes": split})
+    perm = (0, 1) + tuple(3 + 2 * d for d in range(nsp)) + tuple(2 + 2 * d for d in range(nsp))
+    return b.add("transpose", (xp,), {"permutation": perm})
+
+
 def _phases(b: Builder, node, x, w):
     """A strided convolution as a unit-stride one over its input's phases: with stride
     s, tap k = s*q + r of the window reads phase r (every s-th pixel from r) at offset
@@ -108,24 +131,14 @@ def _phases(b: Builder, node, x, w):
     sizes and strides over the flat planes, the plane shape): the product runs as the
     unit-stride form's, the planes having its slack rows already."""
     a = node.attrs
-    n, c = x.shape[:2]
     o = w.shape[0]
     strides, window = a["window_strides"], w.shape[2:]
     dil = a["rhs_dilation"]
-    out_sp = node.shape[2:]
     nsp = len(window)
     span = [(k - 1) * d + 1 for k, d in zip(window, dil)]
-    taps = [-(-sp // s) for sp, s in zip(span, strides)]
-    planes = [m + q - 1 for m, q in zip(out_sp, taps)]
+    taps, planes = _phase_grid(node, span)
     planes[0] += _slack_rows(taps[-1] - 1, planes)
-    # pad the input as the convolution does, then with zeros (or crops) to s * plane
-    padding = [(lo, s * pl - size - lo) for (lo, _), size, s, pl in
-               zip(a["padding"], x.shape[2:], strides, planes)]
-    xp = _padded(b, x, padding)
-    split = (n, c) + tuple(v for pl, s in zip(planes, strides) for v in (pl, s))
-    xp = b.add("reshape", (xp,), {"new_sizes": split})
-    perm = (0, 1) + tuple(3 + 2 * d for d in range(nsp)) + tuple(2 + 2 * d for d in range(nsp))
-    xp = b.add("transpose", (xp,), {"permutation": perm})     # (N, C, *r, *plane)
+    xp = _phase_planes(b, node, x, planes)
     # the kernel's taps on the dilated window's grid, padded to s * q
     wd = w
     if any(d != 1 for d in dil):
@@ -274,14 +287,8 @@ def _depthwise_phases(b: Builder, node, x, w):
     n, c = x.shape[:2]
     window, out_sp = w.shape[2:], node.shape[2:]
     strides = a["window_strides"]
-    taps = [-(-k // s) for k, s in zip(window, strides)]          # offsets per phase
-    planes = [m + q - 1 for m, q in zip(out_sp, taps)]
-    padding = [(lo, s * pl - size - lo) for (lo, _), size, s, pl in
-               zip(a["padding"], x.shape[2:], strides, planes)]
-    xp = _padded(b, x, padding)                                   # (N, C, sy*PH, sx*PW)
-    xp = b.add("reshape", (xp,), {"new_sizes": (n, c, planes[0], strides[0], planes[1],
-                                                 strides[1])})
-    xp = b.add("transpose", (xp,), {"permutation": (0, 1, 3, 5, 2, 4)})  # (N,C,ry,rx,PH,PW)
+    taps, planes = _phase_grid(node, window)
+    xp = _phase_planes(b, node, x, planes)                        # (N, C, ry, rx, PH, PW)
     plane = planes[0] * planes[1]
     flat = b.add("reshape", (xp,), {"new_sizes": (n, c, strides[0] * strides[1] * plane)})
     view = b.add("window_view", (flat,), {
