@@ -53,17 +53,21 @@ CASES = [  # (x shape, w shape, padding, dilation)
 ]
 
 
-STRIDED = [  # (x shape, w shape, padding, dilation, strides): through the input's phases
-    # (below conv_to_gemm.MIN_FLOPS, where the alternative is the direct loop kernel)
+STRIDED = [  # (x shape, w shape, padding, dilation, strides): 2-D windows through their
+    # column planes where output rows round up to whole vectors by at most half, others
+    # through the input's phases (below conv_to_gemm.MIN_FLOPS, where the alternative is
+    # the direct loop kernel)
     ((1, 8, 32, 32), (32, 8, 3, 3), ((1, 1), (1, 1)), None, (2, 2)),     # ResNet's
     ((1, 8, 33, 31), (32, 8, 3, 3), ((1, 1), (1, 1)), None, (2, 2)),     # odd sizes
     ((1, 3, 64, 64), (32, 3, 3, 3), ((1, 1), (1, 1)), None, (2, 2)),     # MobileNet's
-    ((2, 8, 30, 30), (16, 8, 5, 5), ((2, 2), (2, 2)), None, (3, 3)),     # stride 3
+    ((2, 8, 30, 30), (16, 8, 5, 5), ((2, 2), (2, 2)), None, (3, 3)),     # stride 3: phases
+    ((1, 8, 14, 14), (16, 8, 3, 3), ((1, 1), (1, 1)), None, (2, 2)),     # rows of 7: phases
     ((2, 8, 30, 30), (16, 8, 3, 3), ((2, 2), (2, 2)), (2, 2), (2, 2)),   # dilated
     ((1, 16, 32, 32), (16, 16, 4, 4), ((0, 0), (0, 0)), None, (2, 2)),   # k = 2 * taps
     ((1, 8, 25, 26), (16, 8, 3, 5), ((1, 0), (2, 2)), None, (2, 1)),     # mixed
+    ((1, 8, 40, 38), (16, 8, 3, 3), ((0, 2), (1, -1)), None, (3, 2)),    # asymmetric, crop
     ((2, 32, 16, 16), (64, 32, 1, 1), ((0, 0), (0, 0)), None, (2, 2)),   # 1x1: a slice
-    ((1, 16, 301), (32, 16, 7), ((3, 3),), None, (2,)),                  # 1-D
+    ((1, 16, 301), (32, 16, 7), ((3, 3),), None, (2,)),                  # 1-D: phases
 ]
 
 
@@ -82,10 +86,33 @@ def test_in_place_conv_matches_reference(xs, ws, padding, dilation, strides, dty
     np.testing.assert_allclose(exe(**feeds), want, rtol=tol, atol=tol * np.abs(want).max())
 
 
-def test_large_strided_convs_keep_the_patch_matrix():
-    """Above MIN_FLOPS a strided 3x3 window runs on the patch matrix (faster there than
-    the phases' 16 products for 9), still exact."""
-    xs, ws = (2, 16, 32, 32), (32, 16, 3, 3)
+@pytest.mark.parametrize("computed", [False, True])
+@pytest.mark.parametrize("size", [32, 28])
+def test_large_strided_convs_read_column_planes(size, computed):
+    """A 3x3 window at stride 2 multiplies exactly its 9 taps: one loop kernel lays each
+    padded row out as 3 column planes (output rows rounded up to 16: 14 -> 16, cut
+    after), the product reads them in place, whether the input is stored or computed."""
+    xs, ws = (2, 16, size, size), (32, 16, 3, 3)
+    out, pw = size // 2, -(-size // 32) * 16
+    with gc.Graph("planes"):
+        x = gc.placeholder(xs, name="x")
+        w = gc.placeholder(ws, name="w")
+        y = _conv(gc.relu(x) + x if computed else x, w, ((1, 1), (1, 1)), strides=(2, 2))
+        exe = gc.compile(y, inputs=[x, w])
+        feeds = _feeds(xs, ws, "float32", seed=5)
+        want = _reference(y, feeds)
+    optimized = exe.dump("optimized")
+    assert "window_view(%" in optimized and f"sizes=(3,3,{out},{pw})" in optimized
+    assert "graphc_own_gemm_nnw_" in exe.dump("llvm")
+    planes = 2 * 16 * (size + 2) * 3 * pw * 4
+    assert planes in [b["bytes"] for b in exe.manifest()["memory"]["buffers"]]
+    np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_large_strided_convs_with_short_rows_keep_the_patch_matrix():
+    """Output rows of 7 would round up to 16: over a stored input such a window runs on
+    the patch matrix (faster there than the phases' 16 products for 9), still exact."""
+    xs, ws = (4, 32, 14, 14), (64, 32, 3, 3)
     exe, y, _, _ = _compile_conv(xs, ws, ((1, 1), (1, 1)), strides=(2, 2))
     assert "window_view" not in exe.dump("optimized")
     feeds = _feeds(xs, ws, "float32")
@@ -95,13 +122,13 @@ def test_large_strided_convs_keep_the_patch_matrix():
 
 def test_large_strided_conv_of_a_computed_input_goes_through_the_phases():
     """Over a value a kernel computes (here relu(x) + x), the phases evaluate it once."""
-    xs, ws = (2, 16, 32, 32), (32, 16, 3, 3)
+    xs, ws = (4, 32, 14, 14), (64, 32, 3, 3)
     with gc.Graph("phases"):
         x = gc.placeholder(xs, name="x")
         w = gc.placeholder(ws, name="w")
         y = _conv(gc.relu(x) + x, w, ((1, 1), (1, 1)), strides=(2, 2))
         exe = gc.compile(y, inputs=[x, w])
-        assert "window_view" in exe.dump("optimized")
+        assert "sizes=(2,2,2,2," in exe.dump("optimized")        # (q, r) taps per axis
         assert "graphc_own_gemm_nnw_" in exe.dump("llvm")
         feeds = _feeds(xs, ws, "float32", seed=7)
         want = _reference(y, feeds)

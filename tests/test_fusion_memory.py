@@ -1,4 +1,5 @@
 """Fusion decisions (kernel counts), memory planning, and runtime safety."""
+import re
 import threading
 
 import numpy as np
@@ -63,6 +64,27 @@ def test_expensive_shared_producer_is_materialized(graph):
     y = gc.broadcast_to(h[:, None, :], (10, 300, 10)) * gc.placeholder((300, 10), name="z")
     exe = check_compiled(y, {"x": rand((10, 10)), "z": rand((300, 10), 3)})
     assert "materialize" in exe.dump("fused")
+
+
+def test_residual_sum_read_by_two_kernels_is_written_once(graph):
+    """h2 = relu(relu(2x) + y1 + y2) feeds a kernel of its shape and a strided slice:
+    recomputing it there would reread x, y1 and y2 (three times its size) where writing
+    it once costs one write and one read per kernel, so it is materialized; relu(2x)
+    itself (one buffer beneath it, besides what its consumer reads) stays duplicated."""
+    shape = (4, 8, 16, 16)
+    x, y1, y2, y3 = (gc.placeholder(shape, name=n) for n in ("x", "y1", "y2", "y3"))
+    h1 = gc.relu(x * 2)
+    h2 = gc.relu(h1 + y1 + y2)
+    out = [gc.relu(h2 + y3) * 2, h2[:, :, ::2, ::2] * 3, h1[:, :, 1::2, 1::2] + 1]
+    exe = check_compiled(out, {n: rand(shape, i) for i, n in enumerate(("x", "y1", "y2", "y3"))})
+    fused = exe.dump("fused")
+    written = re.findall(r"materialize %(\d+) \(max\): recomputing it in 2 consumers reads "
+                         r"3\.0x its size in each", fused)
+    assert len(written) == 1
+    assert len(re.findall(r"duplicate %\d+ \(max\) into 2 consumers", fused)) == 1
+    # the slice of h2 reads h2 alone: only one kernel computes h2's sum
+    assert sum(f"%{written[0]}:max" in line for line in fused.splitlines()
+               if line.startswith("group")) == 1
 
 
 def test_fusion_never_crosses_a_collective(graph):

@@ -8,10 +8,13 @@ padded input is written once instead of a patch matrix window-size times its siz
 no transposes follow. The own nnw kernel (codegen/cpu/gemm.py) runs the product, writing
 output rows of a multiple of 16 as they are and others over the padded width (a wide
 grid whose extra columns are cut off after). A strided 1x1 window first takes the pixels
-it reads (a slice); other strided windows go through the input's phases (_phases) where
-that pays (see _stored), else on the patch matrix below.
+it reads (a slice); strided 2-D windows whose output rows round up to whole vectors by at
+most half read their input's column planes (_column_planes: exactly their taps), other
+strided windows go through the input's phases (_phases) where that pays (see _stored),
+else on the patch matrix below.
 
-The patch matrix (CUDA programs, strided windows over stored inputs): pad x, take
+The patch matrix (CUDA programs, strided windows over stored inputs with short output
+rows): pad x, take
 strided slices, lay them out as a matrix (one fused loop kernel writes it), multiply,
 and transpose the product back to (N, O, *out). Two layouts, whichever needs fewer
 slices:
@@ -159,6 +162,41 @@ def _phases(b: Builder, node, x, w):
     return xp, wd, sizes, steps, planes
 
 
+def _row_width(out_w: int) -> int:
+    """The output row width a column-planed product computes: out_w rounded up to a
+    whole number of 16-float vectors (the extra columns are cut after)."""
+    return -(-out_w // 16) * 16
+
+
+def _column_planes(b: Builder, node, x, w):
+    """A strided 2-D window as a unit-stride one with exactly its taps: the padded input
+    of each image and channel is laid out with each row as kw planes, plane kx holding
+    the pixels the window's column kx reads (x[y, kx*dx + sx*j] for the output columns
+    j, rounded up to a whole number of vectors: _row_width); tap (ky, kx) then starts at
+    ky*dy*kw*pw + kx*pw and output row i at sy*kw*pw (the product's row pitch): the
+    window's taps are affine and none is zero (the phases compute 16 products for a
+    3x3 window at stride 2). One loop kernel writes the planes (about kw/sx times the
+    input). Returns (planes (N, C, rows, kw, pw), the window view's sizes and strides,
+    pw)."""
+    a = node.attrs
+    n, c = x.shape[:2]
+    (kh, kw), (sy, sx) = w.shape[2:], a["window_strides"]
+    (dy, dx), (oh, ow) = a["rhs_dilation"], node.shape[2:]
+    pw = _row_width(ow)
+    (top, bottom), (left, right) = a["padding"]
+    xp = _padded(b, x, [(top, bottom), (left, right + sx * (pw - ow))])
+    rows = xp.shape[2]
+    planes = []
+    for kx in range(kw):
+        sl = b.add("slice", (xp,), {"start_indices": (0, 0, 0, kx * dx),
+                                    "limit_indices": (n, c, rows, kx * dx + sx * (pw - 1) + 1),
+                                    "strides": (1, 1, 1, sx)})
+        planes.append(b.add("reshape", (sl,), {"new_sizes": (n, c, rows, 1, pw)}))
+    xp = planes[0] if kw == 1 else b.add("concatenate", tuple(planes), {"dimension": 3})
+    line = kw * pw
+    return xp, (kh, kw, oh, pw), (dy * line, pw, sy * line, 1), pw
+
+
 def _in_place(b: Builder, node, x, w):
     """The product over a window_view of the padded input (see above)."""
     a = node.attrs
@@ -176,6 +214,11 @@ def _in_place(b: Builder, node, x, w):
                                       (m - 1) * s + 1 for m, s in zip(out_sp, strides)),
                                   "strides": (1, 1) + tuple(strides)})
         xp, sizes, steps, full = x, window, (1,) * nsp, list(out_sp)
+    elif _column_planed(node, w):
+        xp, view_sizes, view_strides, pw = _column_planes(b, node, x, w)
+        flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(xp.shape[2:]))})
+        view = b.add("window_view", (flat,), {"sizes": view_sizes, "strides": view_strides})
+        return _product(b, node, w, view, (n, o, out_sp[0], pw), 2)
     elif any(s != 1 for s in strides):
         xp, w, sizes, steps, full = _phases(b, node, x, w)
     else:
@@ -200,6 +243,13 @@ def _in_place(b: Builder, node, x, w):
         view = b.add("window_view", (flat,), {"sizes": tuple(sizes) + (wide,),
                                               "strides": tuple(steps) + (1,)})
         grid = (n, o, out_sp[0]) + tuple(full[1:])
+    return _product(b, node, w, view, grid, k)
+
+
+def _product(b: Builder, node, w, view, grid, k):
+    """w (O, C, *taps) times the window view (N, C, *taps, *columns) per image, as the
+    output (cut from `grid`, the product's (N, O, ...) shape, where that is wider)."""
+    n = view.shape[0]
     wb = b.add("broadcast_in_dim", (w,), {"shape": (n,) + tuple(w.shape),
                                           "broadcast_dimensions": tuple(range(1, w.ndim + 1))})
     prod = b.add("dot_general", (wb, view), {
@@ -334,10 +384,22 @@ def _phased(node, w) -> bool:
         not all(k == 1 for k in w.shape[2:])
 
 
+def _column_planed(node, w) -> bool:
+    """A strided 2-D window (more than 1x1) read through its column planes
+    (_column_planes): where rounding its output rows up to whole vectors adds at most
+    half (beyond that the phases' zero taps cost less: 16 products for 9 at 3x3 / 2).
+    32 -> 64 channels at stride 2 over 32 x 32 images, batch 32: 1.5 ms against the
+    patch matrix's 3.0 (a stored input) and the phases' 2.6 (a computed one); over
+    56 x 56 images (rows of 28, computed as 32), batch 8: 1.5 against 2.7."""
+    return _phased(node, w) and len(w.shape) == 4 and \
+        2 * _row_width(node.shape[3]) <= 3 * node.shape[3]
+
+
 def _stored(x) -> bool:
     """Whether x is a stored value (an input, a variable, a constant) rather than one a
-    kernel computes. A strided window over a stored input runs on the patch matrix
-    above MIN_FLOPS: there the phases' 16 products for 9 and their strided reads cost
+    kernel computes. A strided window the column planes do not take (short output rows)
+    over a stored input runs on the patch matrix above MIN_FLOPS: there the phases' 16
+    products for 9 and their strided reads cost
     more (32 -> 64 channels at stride 2 over 32 x 32 images: 1.25x slower at batch 32,
     1.6x at batch 1). Over a computed input (a residual sum in a ResNet) the phases
     evaluate it once where the patch matrix evaluates it per window offset (the
@@ -382,7 +444,8 @@ def conv_to_gemm(program: Program) -> Program:
         positions = sym.prod(node.shape[2:])
         flops, patch_bytes = sym.hint(flops), sym.hint(patch_bytes)  # symbolic: a typical size
         if cpu and flops >= IN_PLACE_MIN_FLOPS and _reads_in_place(node, x, w) and (
-                flops < MIN_FLOPS or not _phased(node, w) or not _stored(x)):
+                flops < MIN_FLOPS or not _phased(node, w) or not _stored(x) or
+                _column_planed(node, w)):
             return _in_place(builder, node, x, w)
         if flops < MIN_FLOPS:
             return None

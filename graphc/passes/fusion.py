@@ -83,6 +83,24 @@ def _op_cost(node: Node) -> int:
     return 1
 
 
+def _read_ratio(node: Node, leaves: dict) -> float:
+    """Elements read from the buffers beneath `node`, per element of it."""
+    size = max(hint(node.size), 1)
+    return sum(min(hint(s), size) for s in leaves.values()) / size
+
+
+def _rereads(node: Node, users, leaves: dict) -> bool:
+    """Whether recomputing `node` in each of its consumers' kernels reads more memory than
+    writing it once and reading it back: with k kernels (consumers of distinct shapes
+    land in distinct kernels) and buffers of L times its size beneath it, k*L against
+    1 + k. A residual sum over several products (a ResNet's skip connections) otherwise
+    rereads every earlier product in each later kernel."""
+    read = _read_ratio(node, leaves)
+    kernels = len({tuple(node.shape) if u.op in K.REDUCE_KIND else tuple(u.shape)
+                   for u in users})
+    return kernels > 1 and kernels * read > kernels + 1
+
+
 def plan(program: Program, fuse: bool = True) -> FusionPlan:
     nodes = program.live_nodes()
     users: dict[int, list[Node]] = {n.id: [] for n in nodes}
@@ -96,6 +114,7 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
     materialized: set[int] = set()
     cost: dict[int, int] = {}
     pure_view: dict[int, bool] = {}
+    leaves: dict[int, dict] = {}        # buffers a value reads if recomputed: id -> size
     row_shapes: dict[int, set] = {}     # row counts of the reductions a value depends on
     for n in nodes:
         c = cls[n.id]
@@ -117,6 +136,12 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
         pure_view[n.id] = n.op in VIEW_OPS and n.op != "reverse" and \
             all(pure_view[i.id] for i in n.inputs)
         cost[n.id] = _op_cost(n) + sum(cost[i.id] for i in n.inputs if i.id not in materialized)
+        leaves[n.id] = {}
+        for i in n.inputs:
+            if i.id in materialized or cls[i.id] == "buffer":
+                leaves[n.id][i.id] = hint(i.size)
+            elif i.id in leaves:
+                leaves[n.id].update(leaves[i.id])
         if not fuse or n.id in roots:
             materialized.add(n.id)
             continue
@@ -171,6 +196,11 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
                 decisions.append(f"materialize %{n.id} ({n.op}): recomputing it in "
                                  f"{len(us)} consumer(s) costs {cost[n.id]} ops x "
                                  f"{amplification:.1f}")
+            elif _rereads(n, us, leaves[n.id]):
+                materialized.add(n.id)
+                decisions.append(f"materialize %{n.id} ({n.op}): recomputing it in "
+                                 f"{len(us)} consumers reads "
+                                 f"{_read_ratio(n, leaves[n.id]):.1f}x its size in each")
             elif len(us) > 1 and cost[n.id] > 0:
                 decisions.append(f"duplicate %{n.id} ({n.op}) into {len(us)} consumers "
                                  f"(cost {cost[n.id]})")

@@ -209,8 +209,9 @@ class DotEmitter:
             self.outer_loops(k.batch_vars + k.m_vars + k.n_vars, element)
 
     def dot_blas(self, k: K.DotKernel, plan) -> None:
-        """C = A @ B through BLAS per batch index, then the epilogue over C. A kernel
-        split for threads computes its rows (m split) or columns (n split) of C."""
+        """C = A @ B through BLAS per batch index, each followed by the epilogue over that
+        C. A kernel split for threads computes its rows (m split) or columns (n split)
+        of C."""
         b = self.b
         ty = COMPUTE[k.out.dtype]
         own = plan["own"]
@@ -271,13 +272,19 @@ class DotEmitter:
                         ir.Constant(ty, 1.0), a_ptr, i32(plan["lda"]), b_ptr,
                         i32(plan["ldb"]), ir.Constant(ty, 0.0), c_ptr, i32(plan["N"])])
 
-        self.loops(k.batch_vars, call)
-        if k.epilogue:
-            def epilogue():
-                self.accs[0] = self.load(k.out, k.out_index)
-                self.cache = {}
-                self.stores(k.epilogue)
-            self.loops(k.batch_vars + k.m_vars + k.n_vars, epilogue)
+        def epilogue():
+            self.accs[0] = self.load(k.out, k.out_index)
+            self.cache = {}
+            self.stores(k.epilogue)
+
+        def product():
+            # each batch index's epilogue right after its product, while that C is in
+            # the core's cache (a convolution's bias, residual sum and activation per
+            # image: 16 images of a thread's chunk overflow L2 before the epilogue)
+            call()
+            if k.epilogue:
+                self.loops(k.m_vars + k.n_vars, epilogue)
+        self.loops(k.batch_vars, product)
 
     def conv(self, k: K.ConvKernel) -> None:
         b = self.b
