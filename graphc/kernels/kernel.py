@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from graphc_runtime.dims import Dim
+from graphc_runtime.dims import prod as sym_prod
 from graphc_runtime.errors import CompileError
 
 from ..ir import dtypes
@@ -430,6 +431,20 @@ def reduction_signature(node: Node):
     return node.inputs[0].shape, tuple(axes)
 
 
+def _adjacent_runs(shape, axes) -> list:
+    """The reduced axes in runs of adjacent static ones, each run one loop of the row (a
+    global average pool's 8 x 8 window: one loop of 64 the vectorizer takes, where an
+    inner loop of 8 was unrolled into a chain of scalar adds)."""
+    runs = []
+    for d in axes:
+        if runs and runs[-1][-1] == d - 1 and isinstance(shape[d], int) and \
+                isinstance(shape[runs[-1][-1]], int):
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    return runs
+
+
 def build_row(name, roots, members, buffer_of, dests) -> RowKernel:
     reductions = sorted((m for m in members.values() if m.op in REDUCE_KIND), key=lambda n: n.id)
     shape, axes = reduction_signature(reductions[0])
@@ -437,14 +452,16 @@ def build_row(name, roots, members, buffer_of, dests) -> RowKernel:
         raise Illegal("reductions over different domains")
     kept = tuple(d for d in range(len(shape)) if d not in axes)
     kept_shape = tuple(shape[d] for d in kept)
-    red_shape = tuple(shape[d] for d in axes)
+    runs = _adjacent_runs(shape, axes)
+    red_shape = tuple(sym_prod([shape[d] for d in run]) for run in runs)
     kvars = tuple(ix.var(f"r{k}", n) for k, n in enumerate(kept_shape))
     rvars = tuple(ix.var(f"j{k}", n) for k, n in enumerate(red_shape))
     full = [None] * len(shape)
     for k, d in enumerate(kept):
         full[d] = kvars[k]
-    for k, d in enumerate(axes):
-        full[d] = rvars[k]
+    for run, v in zip(runs, rvars):
+        for d, digit in zip(run, ix.delinearize(v, [shape[d] for d in run])):
+            full[d] = digit
     full = tuple(full)
     accs = {r.id: (k, kvars) for k, r in enumerate(reductions)}
     eb = ExprBuilder(members, buffer_of)
