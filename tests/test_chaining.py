@@ -10,9 +10,10 @@ from graphc.kernels import kernel as K
 
 
 def conv_stack(batch=1, reverse_channels=False):
-    """Two 3x3 convolutions with bias and relu (the first one's output is padded for
-    the second: the loop kernel that chains), optionally reading the first one's
-    channels reversed (which must not chain)."""
+    """Two 3x3 convolutions with bias and relu, the second at stride 2 (the first one's
+    output laid out as the second's column planes: the loop kernel that chains; the
+    bias and relu are the first product's epilogue), optionally reading the first
+    one's channels reversed (which must not chain)."""
     rng = np.random.default_rng(0)
     g = gc.Graph("convs")
     with g:
@@ -23,7 +24,7 @@ def conv_stack(batch=1, reverse_channels=False):
         h = gc.relu(gc.nn.conv2d(x, w1, b1, padding=1))
         if reverse_channels:
             h = h[:, ::-1]
-        y = gc.nn.conv2d(h, w2, padding=1) * 0.5
+        y = gc.nn.conv2d(h, w2, padding=1, stride=2) * 0.5
     feeds = {"x": rng.standard_normal((batch, 16, 32, 32)).astype(np.float32)}
     return g, y, feeds
 

@@ -233,3 +233,94 @@ def test_window_view_refuses_reads_past_the_axis():
             bind("window_view", x, sizes=(3, 2), strides=(5,))
         with pytest.raises(gc.ShapeError, match="strides >= 0"):
             bind("window_view", x, sizes=(3,), strides=(-1,))
+
+
+@pytest.mark.parametrize("batch,threads,mid", [(1, 2, 32), (3, 2, 32), (1, 3, 4), (2, 1, 32)])
+def test_padded_epilogue_writes_the_next_convolutions_input(batch, threads, mid):
+    """conv -> bias -> relu -> conv: the first product's epilogue writes the relu inside
+    the second convolution's padded input (asymmetric here) and its fills the border:
+    no padding kernel. Per batch index, per split of the rows (channels) or columns
+    (mid = 4: few rows); bitwise the same on 1 thread and with the arena poisoned."""
+    rng = np.random.default_rng(4)
+    xs = (batch, 16, 16, 16)
+    with gc.Graph("padded_epilogue"):
+        x = gc.placeholder(xs, name="x")
+        w1 = gc.constant(rng.standard_normal((mid, 16, 3, 3)).astype(np.float32) * 0.2)
+        b1 = gc.constant(rng.standard_normal(mid).astype(np.float32))
+        w2 = gc.constant(rng.standard_normal((8, mid, 3, 3)).astype(np.float32) * 0.2)
+        h = gc.relu(_conv(x, w1, ((1, 1), (1, 1))) + b1.reshape((1, mid, 1, 1)))
+        y = _conv(h, w2, ((2, 1), (0, 3)))
+        exe = gc.compile(y, num_threads=threads)
+        one = gc.compile(y, num_threads=1)
+        feeds = {"x": rng.standard_normal(xs).astype(np.float32)}
+        want = _reference(y, feeds)
+    groups = [line for line in exe.dump("fused").splitlines() if line.startswith("group")]
+    assert any("[dot]" in g and ":pad" in g and ":max" in g for g in groups)
+    assert not any("[loop]" in g and ":max" in g for g in groups)
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(got, one(**feeds))
+    exe._native.poison_arena = True
+    np.testing.assert_array_equal(exe(**feeds), got)
+
+
+def test_product_read_by_its_epilogue_alone_stays_in_a_scratch():
+    """relu(conv(x) + b + r): the product is read by its epilogue only, so each image's
+    product lives in a scratch of one image's size (a stack buffer in the kernel), not
+    in the arena buffer of all images; same results, on any thread count."""
+    rng = np.random.default_rng(6)
+    xs, ws = (3, 16, 32, 32), (32, 16, 3, 3)
+    with gc.Graph("scratch"):
+        x = gc.placeholder(xs, name="x")
+        r = gc.placeholder((3, 32, 32, 32), name="r")
+        w = gc.constant(rng.standard_normal(ws).astype(np.float32) * 0.2)
+        b = gc.constant(rng.standard_normal(32).astype(np.float32))
+        y = gc.relu(_conv(x, w, ((1, 1), (1, 1))) + b.reshape((1, 32, 1, 1)) + r)
+        exes = [gc.compile(y, num_threads=t) for t in (1, 2)]
+        feeds = {"x": rng.standard_normal(xs).astype(np.float32),
+                 "r": rng.standard_normal((3, 32, 32, 32)).astype(np.float32)}
+        want = _reference(y, feeds)
+    import re
+    assert re.search(r"alloca (\[32768 x float\]|float, i64 32768)", exes[1].dump("llvm"))
+    got = [e(**feeds) for e in exes]
+    np.testing.assert_allclose(got[1], want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(got[0], got[1])
+
+
+def test_padded_epilogue_of_a_product_split_along_its_columns():
+    """pad(relu(x @ w)) along the columns, with a fill value: the product splits along
+    its columns (4 rows), each chunk writes its columns inside the padded result and
+    the chunk from column 0 the border; bitwise the same on one thread."""
+    rng = np.random.default_rng(8)
+    with gc.Graph("columns"):
+        x = gc.placeholder((4, 64), name="x")
+        w = gc.constant(rng.standard_normal((64, 4096)).astype(np.float32))
+        y = gc.pad(gc.relu(x @ w), ((0, 0), (2, 3)), constant_values=1.5)
+        exes = [gc.compile(y, num_threads=t) for t in (1, 2)]
+        feeds = {"x": rng.standard_normal((4, 64)).astype(np.float32)}
+        want = _reference(y, feeds)
+    fused = exes[1].dump("fused")
+    assert any("[dot]" in g and ":pad" in g for g in fused.splitlines())
+    got = exes[1](**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(got, exes[0](**feeds))
+    exes[1]._native.poison_arena = True
+    np.testing.assert_array_equal(exes[1](**feeds), got)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float16"])
+def test_padded_epilogue_of_a_loop_nest_product(dtype):
+    """Products graphc runs as loop nests (integers, half floats) write a padded
+    epilogue the same way: per row of the product, border included."""
+    rng = np.random.default_rng(9)
+    with gc.Graph("nest"):
+        x = gc.placeholder((64, 20), dtype, name="x")
+        w = gc.placeholder((20, 160), dtype, name="w")
+        y = gc.pad(gc.relu(x @ w), ((0, 0), (1, 2)), constant_values=3)
+        exes = [gc.compile(y, num_threads=t) for t in (1, 2)]
+        feeds = {"x": rng.integers(-3, 3, (64, 20)).astype(dtype),
+                 "w": rng.integers(-3, 3, (20, 160)).astype(dtype)}
+        want = _reference(y, feeds)
+    assert any("[dot]" in g and ":pad" in g for g in exes[1].dump("fused").splitlines())
+    for e in exes:
+        np.testing.assert_array_equal(e(**feeds), want)

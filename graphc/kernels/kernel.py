@@ -164,6 +164,10 @@ class DotKernel:
     rhs: VExpr
     acc_dtype: str
     epilogue: list            # stores at out_index; Acc(0) is the dot's value
+    fills: list = field(default_factory=list)   # (loop vars, Store): constants stored
+    # around the epilogue's padded results (their borders), per batch and m index
+    private_out: bool = False  # out is read by no other kernel (its epilogue reads the
+    # product as Acc(0)): a backend may keep each batch index's product in a scratch
 
 
 @dataclass
@@ -589,16 +593,62 @@ def build_dot(name, dot: Node, roots, members, buffer_of, dests) -> DotKernel:
     out_buf = dests(dot)[0] if dests(dot) else None
     if out_buf is None:
         raise Illegal("dot needs an output buffer")
-    epilogue = []
+    epilogue, fills = [], []
     for r in roots:
         if r is dot:
             epilogue += [Store(b, Acc(dot.dtype, 0), out_index) for b in dests(dot)[1:]]
-        else:
-            if r.shape != dot.shape:
-                raise Illegal("epilogue of another shape")
+        elif r.shape == dot.shape:
             epilogue += [Store(b, eb.value(r, out_index), out_index) for b in dests(r)]
+        elif padded_epilogue(r, dot):
+            low = r.attrs["low"]
+            at = tuple(ix.add(v, ix.const(lo)) for v, lo in zip(out_index, low))
+            value = eb.value(r.inputs[0], out_index)
+            for b in dests(r):
+                epilogue.append(Store(b, value, at))
+                fills += _border_fills(b, r, out_index, len(bvars) + len(mvars))
+        else:
+            raise Illegal("epilogue of another shape")
     return DotKernel(name, out_buf, bvars, mvars, nvars, kvars, out_index, lhs_e, rhs_e,
-                     _acc_dtype(dot.dtype), epilogue)
+                     _acc_dtype(dot.dtype), epilogue, fills)
+
+
+def padded_epilogue(node: Node, dot: Node) -> bool:
+    """Whether `node` pads a value of the dot's shape with a constant along the dot's
+    column (n) axes only (a convolution's output padded for the next one): a dot
+    kernel's epilogue then stores that value inside the padded buffer and its fills
+    write the border."""
+    if node.op != "pad" or node.inputs[0].shape != dot.shape:
+        return False
+    a = node.attrs
+    lead = dot.inputs[0].ndim - len(dot.attrs["lhs_contracting"])    # batch and m axes
+    return not any(a["interior"]) and min(a["low"] + a["high"]) >= 0 and \
+        not any(a["low"][:lead]) and not any(a["high"][:lead]) and \
+        all(isinstance(n, int) for n in node.shape[lead:])
+
+
+def _border_fills(buf: Buffer, pad: Node, out_index, lead: int) -> list:
+    """(loop vars, Store) nests writing the pad value on the border of `buf` (pad's
+    result) around the interior the epilogue writes, for one index of the `lead` axes
+    (the dot's batch and m variables, which the nests share): for each padded axis d,
+    the slabs below and above the interior along d, inside it along the axes before d
+    and whole along those after."""
+    a = pad.attrs
+    inner, full = pad.inputs[0].shape, pad.shape
+    value = Const(pad.dtype, a["value"])
+    nests = []
+    for d in range(lead, len(full)):
+        for start, count in ((0, a["low"][d]), (a["low"][d] + inner[d], a["high"][d])):
+            if count == 0:
+                continue
+            vars_, index = [], list(out_index[:lead])
+            for i in range(lead, len(full)):
+                n = inner[i] if i < d else count if i == d else full[i]
+                v = ix.var(f"f{d}_{start}_{i}", n)
+                vars_.append(v)
+                offset = a["low"][i] if i < d else start if i == d else 0
+                index.append(ix.add(v, ix.const(offset)) if offset else v)
+            nests.append((tuple(vars_), Store(buf, value, tuple(index))))
+    return nests
 
 
 def build_conv(name, conv: Node, roots, members, buffer_of, dests) -> ConvKernel:
@@ -731,7 +781,10 @@ def kernel_stores(kernel) -> list[Store]:
         return kernel.stores
     if isinstance(kernel, RowKernel):
         return kernel.row_stores + kernel.full_stores
-    if isinstance(kernel, (DotKernel, ConvKernel)):
+    if isinstance(kernel, DotKernel):
+        return [Store(kernel.out, Acc(kernel.out.dtype, 0), kernel.out_index)] + \
+            kernel.epilogue + [store for _, store in kernel.fills]
+    if isinstance(kernel, ConvKernel):
         return [Store(kernel.out, Acc(kernel.out.dtype, 0), kernel.out_index)] + kernel.epilogue
     if isinstance(kernel, ScatterKernel):
         return [Store(kernel.out, kernel.update, kernel.target)]

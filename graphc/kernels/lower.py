@@ -236,6 +236,10 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
         for ld in K.kernel_loads(k):
             if ld.buffer.kind == "temp":
                 last[ld.buffer.id] = max(last.get(ld.buffer.id, t), t)
+    for t, k in enumerate(kernels):      # products only their own epilogue reads
+        if isinstance(k, K.DotKernel) and k.epilogue and k.out.kind == "temp" and \
+                last.get(k.out.id) == t:
+            k.private_out = True
     # a kernel that may run in the previous one's thread chunks (kernels/chaining.py)
     # must not write where that one still reads: its buffers stay live one step more
     shielded = set()

@@ -318,7 +318,9 @@ def _depth(members: dict) -> int:
     return max(depth.values(), default=0)
 
 
-def _compatible(a: Group, b: Group, producer_consumer: bool) -> bool:
+def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False) -> bool:
+    """Whether groups a and b can merge; `pads`: a dot's epilogue may also write a padded
+    copy of its result (the CPU's dot kernels fill the border, K.padded_epilogue)."""
     kind = _merged_kind(a, b)
     if kind is None:
         return False
@@ -333,8 +335,10 @@ def _compatible(a: Group, b: Group, producer_consumer: bool) -> bool:
             return False
         anchor = a.anchor or b.anchor
         other = b if a.anchor is not None else a
-        # the epilogue runs over the anchor's output: only elementwise, same shape
-        return all(r.shape == anchor.shape for r in other.roots) and \
+        # the epilogue runs over the anchor's output: only elementwise, same shape (or,
+        # for a dot, that padded: the next convolution's input written in place)
+        return all(r.shape == anchor.shape or pads and kind == "dot" and
+                   K.padded_epilogue(r, anchor) for r in other.roots) and \
             (a.anchor is not None and a.kind in ("dot", "conv"))
     # row: every reduction over one domain; loop parts over that domain or its rows
     sigs = {K.reduction_signature(m) for g in (a, b) for m in g.members.values()
@@ -347,6 +351,7 @@ def _compatible(a: Group, b: Group, producer_consumer: bool) -> bool:
 
 
 def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
+    pads = program.annotations.get("device", "cpu") == "cpu"
     changed = True
     while changed:
         changed = False
@@ -360,7 +365,7 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
             if a.kind == "collective" or b.kind == "collective":
                 continue
             pc = graph.has_edge(a_id, b_id)
-            if not _compatible(a, b, pc):
+            if not _compatible(a, b, pc, pads):
                 continue
             if _creates_cycle(graph, a_id, b_id):
                 continue
