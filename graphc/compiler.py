@@ -19,7 +19,8 @@ from .passes.manager import PassManager
 from .passes.pipeline import default_pipeline
 from .passes.program import Program
 
-KNOWN_OPTIONS = {"dump_dir", "fuse", "opt_level", "num_threads", "distributed", "arch"}
+KNOWN_OPTIONS = {"dump_dir", "fuse", "opt_level", "num_threads", "distributed", "arch",
+                 "winograd"}
 
 
 def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) -> Executable:  # noqa: A001
@@ -52,6 +53,10 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     if not isinstance(num_threads, int) or isinstance(num_threads, bool) or num_threads < 1:
         raise CompileError(f"num_threads must be a positive int, got {num_threads!r}", loc)
 
+    winograd = options.get("winograd", True)
+    if not isinstance(winograd, bool):
+        raise CompileError(f"winograd must be True or False, got {winograd!r}", loc)
+
     flat, rebuild = flatten_outputs(outputs)
     upd_vars, upd_vals = checked_updates(updates)
     everything = flat + upd_vals
@@ -60,7 +65,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     graph = _graph_of(everything + upd_vars)
     program = Program(graph, [t.node for t in flat],
                       [(v.name, nv.node) for v, nv in zip(upd_vars, upd_vals)],
-                      {"device": kind})
+                      {"device": kind, "winograd": winograd})
 
     pm = PassManager(default_pipeline(), options.get("dump_dir"))
     optimized = pm.run(program)

@@ -40,6 +40,10 @@ def every_primitive_graph():
         img = gc.reshape(x, (1, 1, 2, 3))
         outs += [bind("conv", img, img, window_strides=(1, 1), padding=((1, 1), (0, 0)),
                       lhs_dilation=(1, 1), rhs_dilation=(1, 1), feature_group_count=1)]
+        tiles = gc.reshape(gc.concatenate([x, x], axis=1), (1, 1, 2, 6))
+        tiles = gc.concatenate([tiles, tiles], axis=2)              # (1, 1, 4, 6)
+        u = gc.broadcast_to(gc.reshape(x[0, 0], (1, 1, 1)), (16, 1, 1))
+        outs += [bind("winograd_conv2d", tiles, u)]                 # (1, 1, 2, 4)
         outs += [bind("gather", x, i, axis=1),
                  bind("scatter_add", x, i, bind("gather", x, i, axis=1), axis=1),
                  bind("rng", gc.random.key(1), shape=(3,), dtype="float32",

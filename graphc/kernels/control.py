@@ -16,11 +16,13 @@ from . import kernel as K
 ARENA_WORD = 8
 
 
-def lower_region(region: Region, lower, device: str = "cpu"):
+def lower_region(region: Region, lower, annotations: dict | None = None):
     """The region as a Lowered program (through `lower`, graphc.kernels.lower.lower):
-    inputs in the region's parameter order."""
+    inputs in the region's parameter order; `annotations` the enclosing program's
+    (its device and compile choices)."""
     from ..passes.pipeline import default_pipeline
-    program = Program(region.graph, list(region.outputs), [], {"device": device})
+    program = Program(region.graph, list(region.outputs), [],
+                      dict(annotations or {"device": "cpu"}))
     optimized = PassManager(default_pipeline()).run(program)
     plan = fusion.plan(optimized)
     by_name = {n.attrs["name"]: n for n in optimized.graph.placeholders()}
@@ -33,7 +35,7 @@ def regions(node) -> dict:
 
 
 def build_control(group, name: str, buffer_of, dests, new_buffer, add_constant, lower,
-                  device: str = "cpu"):
+                  annotations: dict | None = None):
     """The ControlKernel of a control group; `new_buffer(shape, dtype, name)` makes an
     outer temporary, `add_constant(array)` an outer constant buffer; `lower` compiles a
     region's program."""
@@ -48,7 +50,8 @@ def build_control(group, name: str, buffer_of, dests, new_buffer, add_constant, 
         by_index[r.attrs["index"]] = dests(r)[0]
     results = [by_index.get(k) or new_buffer(s, d, f"{name}_unused{k}")
                for k, (s, d) in enumerate(types)]
-    bodies = {role: lower_region(region, lower, device) for role, region in regions(node).items()}
+    bodies = {role: lower_region(region, lower, annotations)
+              for role, region in regions(node).items()}
     for role, low in bodies.items():          # names unique in the module
         for k in nested_kernels(low.kernels):
             k.name = f"{name}_{role}_{k.name}"

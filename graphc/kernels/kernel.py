@@ -171,6 +171,15 @@ class DotKernel:
 
 
 @dataclass
+class WinogradKernel(DotKernel):
+    """A 3x3 stride-1 convolution by F(2x2, 3x3) (ir/ops/winograd.py): lhs loads the
+    filters' transform u (16, O, C) at (0, m, k), rhs the padded input (N, C, H+2, W+2)
+    at (b, k, n0, n1), the corner of output (n0, n1)'s window; out[b, m, n0, n1] is the
+    convolution, then the epilogue as a DotKernel's. Only a backend that knows this
+    kernel runs it (the CPU's); its loads name what it reads."""
+
+
+@dataclass
 class ConvKernel:
     """out[n, o, *sp] = sum over (c, *window) of guarded input * kernel; then epilogue."""
     name: str
@@ -565,6 +574,8 @@ def _stash_candidates(stages, full_stores, red_shape) -> list:
 
 
 def build_dot(name, dot: Node, roots, members, buffer_of, dests) -> DotKernel:
+    if dot.op == "winograd_conv2d":
+        return build_winograd(name, dot, roots, members, buffer_of, dests)
     lhs, rhs = dot.inputs
     a = dot.attrs
     lc, rc, lb, rb = a["lhs_contracting"], a["rhs_contracting"], a["lhs_batch"], a["rhs_batch"]
@@ -588,10 +599,37 @@ def build_dot(name, dot: Node, roots, members, buffer_of, dests) -> DotKernel:
     eb = ExprBuilder(view_members, buffer_of)
     lhs_e, rhs_e = eb.value(lhs, li), eb.value(rhs, ri)
     out_index = bvars + mvars + nvars
+    epilogue, fills = _epilogue(dot, roots, eb, out_index, dests, len(bvars) + len(mvars))
+    return DotKernel(name, dests(dot)[0], bvars, mvars, nvars, kvars, out_index, lhs_e,
+                     rhs_e, _acc_dtype(dot.dtype), epilogue, fills)
+
+
+def build_winograd(name, node: Node, roots, members, buffer_of, dests) -> WinogradKernel:
+    """A winograd_conv2d and its epilogue: both operands must be whole buffers."""
+    xp, u = node.inputs
+    n, c = xp.shape[:2]
+    bvars = (ix.var("b0", n),)
+    mvars = (ix.var("m0", u.shape[1]),)
+    nvars = (ix.var("n0", node.shape[2]), ix.var("n1", node.shape[3]))
+    kvars = (ix.var("k0", c),)
+    eb = ExprBuilder({m for m in members if m != node.id}, buffer_of)
+    lhs_e = eb.value(u, (ix.const(0), mvars[0], kvars[0]))
+    rhs_e = eb.value(xp, (bvars[0], kvars[0]) + nvars)
+    for e, v in ((lhs_e, u), (rhs_e, xp)):
+        if not isinstance(e, Load) or tuple(e.buffer.shape) != tuple(v.shape):
+            raise Illegal("winograd_conv2d reads whole buffers")
+    out_index = bvars + mvars + nvars
+    epilogue, fills = _epilogue(node, roots, eb, out_index, dests, 2)
+    return WinogradKernel(name, dests(node)[0], bvars, mvars, nvars, kvars, out_index,
+                          lhs_e, rhs_e, _acc_dtype(node.dtype), epilogue, fills)
+
+
+def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int):
+    """(epilogue stores, border fills) of a dot-like kernel whose value is Acc(0) at
+    out_index; `lead` of its axes are batch and m axes."""
     eb.accs = {dot.id: (0, out_index)}
     eb.memo = {}
-    out_buf = dests(dot)[0] if dests(dot) else None
-    if out_buf is None:
+    if not dests(dot):
         raise Illegal("dot needs an output buffer")
     epilogue, fills = [], []
     for r in roots:
@@ -605,11 +643,10 @@ def build_dot(name, dot: Node, roots, members, buffer_of, dests) -> DotKernel:
             value = eb.value(r.inputs[0], out_index)
             for b in dests(r):
                 epilogue.append(Store(b, value, at))
-                fills += _border_fills(b, r, out_index, len(bvars) + len(mvars))
+                fills += _border_fills(b, r, out_index, lead)
         else:
             raise Illegal("epilogue of another shape")
-    return DotKernel(name, out_buf, bvars, mvars, nvars, kvars, out_index, lhs_e, rhs_e,
-                     _acc_dtype(dot.dtype), epilogue, fills)
+    return epilogue, fills
 
 
 def padded_epilogue(node: Node, dot: Node) -> bool:
@@ -620,7 +657,8 @@ def padded_epilogue(node: Node, dot: Node) -> bool:
     if node.op != "pad" or node.inputs[0].shape != dot.shape:
         return False
     a = node.attrs
-    lead = dot.inputs[0].ndim - len(dot.attrs["lhs_contracting"])    # batch and m axes
+    lead = 2 if dot.op == "winograd_conv2d" else \
+        dot.inputs[0].ndim - len(dot.attrs["lhs_contracting"])      # batch and m axes
     return not any(a["interior"]) and min(a["low"] + a["high"]) >= 0 and \
         not any(a["low"][:lead]) and not any(a["high"][:lead]) and \
         all(isinstance(n, int) for n in node.shape[lead:])
@@ -792,6 +830,7 @@ def kernel_stores(kernel) -> list[Store]:
 
 
 KIND_NAMES = {"LoopKernel": "loop", "RowKernel": "row", "DotKernel": "dot",
+              "WinogradKernel": "dot",
               "ConvKernel": "conv", "ScatterKernel": "scatter",
               "CollectiveKernel": "collective", "ControlKernel": "control"}
 
@@ -811,6 +850,8 @@ def extent(vars_) -> int:
 
 def kernel_flops(kernel) -> int:
     """Multiply-adds of a dot or conv kernel, counted as two flops each (0 otherwise)."""
+    if isinstance(kernel, WinogradKernel):       # 16 products per 2 x 2 outputs
+        return 8 * extent(kernel.batch_vars + kernel.m_vars + kernel.n_vars + kernel.k_vars)
     if isinstance(kernel, DotKernel):
         return 2 * extent(kernel.batch_vars + kernel.m_vars + kernel.n_vars + kernel.k_vars)
     if isinstance(kernel, ConvKernel):

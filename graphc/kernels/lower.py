@@ -182,8 +182,7 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
         if g.kind == "control":
             kern = build_control(g, f"k{g.id}_{g.anchor.op}", operand_buffer,
                                  lambda n: dests[n.id],
-                                 new_temp, add_constant, lower,
-                                 program.annotations.get("device", "cpu"))
+                                 new_temp, add_constant, lower, program.annotations)
         else:
             kern = _build(g, f"k{g.id}_{g.kind}", buffer_of, lambda n: dests[n.id])
         kernel_of[("g", g.id)] = kern

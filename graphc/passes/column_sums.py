@@ -17,7 +17,7 @@ from ..ir import dtypes
 from .program import Program, rebuild
 
 MIN_ROWS, MIN_COLUMNS = 256, 64
-MATERIALIZED = {"parameter", "variable", "get", "dot_general", "conv"}
+MATERIALIZED = {"parameter", "variable", "get", "dot_general", "winograd_conv2d", "conv"}
 
 
 def column_sums(program: Program) -> Program:

@@ -62,8 +62,9 @@ def node_class(node: Node) -> str:
         return "buffer" if node.attrs["value"].size != 1 else "inline"
     if node.op in K.REDUCE_KIND:
         return "reduce"
-    if node.op in ("dot_general", "conv", "scatter_add"):
-        return {"dot_general": "dot", "conv": "conv", "scatter_add": "scatter"}[node.op]
+    if node.op in ("dot_general", "winograd_conv2d", "conv", "scatter_add"):
+        return {"dot_general": "dot", "winograd_conv2d": "dot", "conv": "conv",
+                "scatter_add": "scatter"}[node.op]
     if lookup(node.op).kind == "collective":
         return "collective"
     if node.op == "get":
@@ -175,7 +176,7 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
             materialized.add(n.id)
             decisions.append(f"materialize %{n.id} ({n.op}): operand of a loop or cond")
             continue
-        if any(cls[u.id] == "collective" for u in us) or any(
+        if any(cls[u.id] == "collective" or u.op == "winograd_conv2d" for u in us) or any(
                 cls[u.id] in ("dot", "conv", "scatter") for u in us) and not pure_view[n.id]:
             materialized.add(n.id)
             decisions.append(f"materialize %{n.id} ({n.op}): operand of a "

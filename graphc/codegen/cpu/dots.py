@@ -21,6 +21,9 @@ SCRATCH_BYTES = 512 << 10      # largest per-batch-index product kept in a scrat
 def blas_plan(k: "K.DotKernel"):
     """How to run this dot as BLAS gemm calls (per batch index), or None."""
     from graphc_runtime import blas
+    if isinstance(k, K.WinogradKernel):
+        from .winograd import winograd_plan
+        return winograd_plan(k)
     if k.out.dtype not in ("float32", "float64") or k.acc_dtype != k.out.dtype:
         return None
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
@@ -167,6 +170,8 @@ class DotEmitter:
     """Emitter methods for DotKernel, ConvKernel and ScatterKernel."""
 
     def dot(self, k: K.DotKernel) -> None:
+        if isinstance(k, K.WinogradKernel):
+            return self.winograd(k)
         b = self.b
         out = k.out
         plan = blas_plan(k) if not self.per_element_dots else None

@@ -16,6 +16,7 @@ from .reductions import ReductionEmitter
 from .symbols import emit_dim
 from .types import I64
 from .values import ValueEmitter
+from .winograd import WinogradEmitter
 
 if TYPE_CHECKING:
     from .module import ModuleBuilder
@@ -37,7 +38,7 @@ def _vectorizes_inside(vars_) -> bool:
     return isinstance(inner, int) and inner >= INNER_VECTOR_MIN
 
 
-class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
+class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
     """Emits one kernel's loops and expressions into a function."""
 
     def __init__(self, mb: "ModuleBuilder", builder: ir.IRBuilder, args, fn):

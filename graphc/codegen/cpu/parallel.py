@@ -256,6 +256,8 @@ def split_granule(kern, split) -> int:
             v.name for v in kern.n_vars if isinstance(v, ix.IVar)}:
         return 1
     plan = blas_plan(kern)
+    if plan is not None and plan["own"] == "winograd":     # whole blocks of tile rows
+        return 2 * plan["rows"]
     return 16 if plan is not None and plan["own"] in ("nn", "nnw") else 1
 
 
@@ -276,6 +278,12 @@ def _blas_split(kern, threads: int):
     # a convolution read in place (own nnw kernel): whole images per thread, so that no
     # thread gets a column tail narrower than a vector (1.5x on a 16 x 17 output grid)
     images = real(kern.batch_vars)
+    if plan["own"] == "winograd":      # whole images, else blocks of output rows
+        if images and hint(ix.extent_of(images[0])) >= threads:
+            return images[0]
+        if ix.extent_of(ns[0]) // (2 * plan["rows"]) >= threads:
+            return ns[0]
+        return ms[0] if M >= 8 * threads else None
     if plan["own"] == "nnw" and images and hint(ix.extent_of(images[0])) >= threads:
         return images[0]
     if plan["own"] == "nnw" and plan["row"]:     # C's rows of an image: split along m

@@ -1,2 +1,3 @@
 """Importing this package registers every primitive."""
-from . import collectives, control, elementwise, indexing, linalg, reduce, rng, shape, sources  # noqa: F401
+from . import (collectives, control, elementwise, indexing, linalg, reduce, rng,  # noqa: F401
+               shape, sources, winograd)
