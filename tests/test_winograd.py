@@ -189,3 +189,17 @@ def test_devices_without_the_kernel_get_it_decomposed():
         got, want = run(g, [z, y.node], {"xp": xv})
     assert z.shape == y.shape == (2, 5, 4, 8)
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_symbolic_batch():
+    """One program for every batch size: threads take images, or blocks of rows of one."""
+    rng = np.random.default_rng(10)
+    wv = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    with gc.Graph("symbolic"):
+        x = gc.placeholder(("batch", 16, 16, 16), name="x")
+        y = gc.relu(_conv(x, gc.constant(wv)))
+        exe = gc.compile(y, num_threads=2)
+        assert "winograd_conv2d(" in exe.dump("optimized")
+        for batch in (1, 3):
+            feeds = {"x": rng.standard_normal((batch, 16, 16, 16)).astype(np.float32)}
+            _close(exe(**feeds), gc.evaluate(y, feeds))

@@ -23,8 +23,8 @@ slices:
   patches (out*N, C*window) @ w(O, C*window)^T, one slice per output position.
 3x3 windows at stride 1 (even output sizes, 16 or more channels in and out) become
 winograd_conv2d on the CPU (ir/ops/winograd.py): Winograd's F(2x2, 3x3) does 2.25x fewer
-multiplications (32 -> 32 channels over 32 x 32 images, batch 32: 1.8-1.9 ms against
-3.2-3.5 for the in-place product); the compile option winograd=False keeps the product.
+multiplications (32 -> 32 channels over 32 x 32 images, batch 32: 1.8-2.3 ms against
+3.0-3.5 for the in-place product); the compile option winograd=False keeps the product.
 Depthwise convolutions (one input channel per group, as in MobileNet) become a sum over
 the window of views of the padded input times per-channel weights: one fused loop
 kernel that vectorizes along the output rows (strided windows read the input's phases,
