@@ -203,3 +203,19 @@ def test_symbolic_batch():
         for batch in (1, 3):
             feeds = {"x": rng.standard_normal((batch, 16, 16, 16)).astype(np.float32)}
             _close(exe(**feeds), gc.evaluate(y, feeds))
+
+
+def test_artifact_runs_without_the_compiler(tmp_path):
+    """A saved program with Winograd kernels (their GEMM linked in) loads in the runtime
+    alone and gives the same bits."""
+    import graphc_runtime
+    rng = np.random.default_rng(11)
+    with gc.Graph("artifact"):
+        x = gc.placeholder((2, 16, 16, 16), name="x")
+        y = gc.relu(_conv(x, gc.constant(rng.standard_normal((32, 16, 3, 3)).astype(np.float32))))
+        exe = gc.compile(y)
+    path = str(tmp_path / "winograd.gcx")
+    exe.save(path)
+    model = graphc_runtime.load(path)
+    xv = rng.standard_normal((2, 16, 16, 16)).astype(np.float32)
+    np.testing.assert_array_equal(model(x=xv), exe(x=xv))
