@@ -65,7 +65,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     graph = _graph_of(everything + upd_vars)
     program = Program(graph, [t.node for t in flat],
                       [(v.name, nv.node) for v, nv in zip(upd_vars, upd_vals)],
-                      {"device": kind, "winograd": winograd})
+                      {"device": kind, "winograd": winograd, "threads": num_threads})
 
     pm = PassManager(default_pipeline(), options.get("dump_dir"))
     optimized = pm.run(program)

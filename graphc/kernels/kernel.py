@@ -168,6 +168,10 @@ class DotKernel:
     # around the epilogue's padded results (their borders), per batch and m index
     private_out: bool = False  # out is read by no other kernel (its epilogue reads the
     # product as Acc(0)): a backend may keep each batch index's product in a scratch
+    layouts: list = field(default_factory=list)  # (loop vars, Store): results of another
+    # shape (the product rearranged: a transposed or phase-split copy), each a nest run
+    # per batch index after its product; their Loads of `out` read that batch index's
+    # product (K.layout_epilogue)
 
 
 @dataclass
@@ -599,9 +603,10 @@ def build_dot(name, dot: Node, roots, members, buffer_of, dests) -> DotKernel:
     eb = ExprBuilder(view_members, buffer_of)
     lhs_e, rhs_e = eb.value(lhs, li), eb.value(rhs, ri)
     out_index = bvars + mvars + nvars
-    epilogue, fills = _epilogue(dot, roots, eb, out_index, dests, len(bvars) + len(mvars))
+    epilogue, fills, layouts = _epilogue(dot, roots, eb, out_index, dests,
+                                         len(bvars) + len(mvars), buffer_of)
     return DotKernel(name, dests(dot)[0], bvars, mvars, nvars, kvars, out_index, lhs_e,
-                     rhs_e, _acc_dtype(dot.dtype), epilogue, fills)
+                     rhs_e, _acc_dtype(dot.dtype), epilogue, fills, layouts=layouts)
 
 
 def build_winograd(name, node: Node, roots, members, buffer_of, dests) -> WinogradKernel:
@@ -619,19 +624,21 @@ def build_winograd(name, node: Node, roots, members, buffer_of, dests) -> Winogr
         if not isinstance(e, Load) or tuple(e.buffer.shape) != tuple(v.shape):
             raise Illegal("winograd_conv2d reads whole buffers")
     out_index = bvars + mvars + nvars
-    epilogue, fills = _epilogue(node, roots, eb, out_index, dests, 2)
+    epilogue, fills, _ = _epilogue(node, roots, eb, out_index, dests, 2)
     return WinogradKernel(name, dests(node)[0], bvars, mvars, nvars, kvars, out_index,
                           lhs_e, rhs_e, _acc_dtype(node.dtype), epilogue, fills)
 
 
-def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int):
-    """(epilogue stores, border fills) of a dot-like kernel whose value is Acc(0) at
-    out_index; `lead` of its axes are batch and m axes."""
+def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int,
+              buffer_of=None):
+    """(epilogue stores, border fills, layout nests) of a dot-like kernel whose value is
+    Acc(0) at out_index; `lead` of its axes are batch and m axes. Layout nests (roots of
+    another shape, K.layout_epilogue) need `buffer_of`."""
     eb.accs = {dot.id: (0, out_index)}
     eb.memo = {}
     if not dests(dot):
         raise Illegal("dot needs an output buffer")
-    epilogue, fills = [], []
+    epilogue, fills, layouts = [], [], []
     for r in roots:
         if r is dot:
             epilogue += [Store(b, Acc(dot.dtype, 0), out_index) for b in dests(dot)[1:]]
@@ -644,9 +651,40 @@ def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int):
             for b in dests(r):
                 epilogue.append(Store(b, value, at))
                 fills += _border_fills(b, r, out_index, lead)
+        elif buffer_of is not None and layout_epilogue(r, dot):
+            layouts += _layout_nests(dot, r, eb.members, buffer_of, dests, out_index[0])
         else:
             raise Illegal("epilogue of another shape")
-    return epilogue, fills
+    return epilogue, fills, layouts
+
+
+def layout_epilogue(node: Node, dot: Node) -> bool:
+    """Whether a dot kernel may compute `node`, a value of another shape than the dot's,
+    as a layout nest (DotKernel.layouts): the dot has one batch axis, `node` leads with
+    the same one and is at most twice the dot's size. _layout_nests checks that it reads
+    the product only at the batch index it writes."""
+    if dot.op != "dot_general" or len(dot.attrs["lhs_batch"]) != 1 or not node.ndim:
+        return False
+    if not all(isinstance(n, int) for n in tuple(node.shape) + tuple(dot.shape)):
+        return False
+    return node.shape[0] == dot.shape[0] and node.size <= 2 * dot.size
+
+
+def _layout_nests(dot: Node, root: Node, members, buffer_of, dests, batch_var) -> list:
+    """(loop vars, Store) nests writing `root` for one index of the dot's batch axis
+    (batch_var), its value built from a Load of the dot's output buffer; Illegal unless
+    each element reads one element of the product, at that batch index."""
+    out = dests(dot)[0]
+    eb = ExprBuilder(members, lambda n: out if n.id == dot.id else buffer_of(n))
+    vars_ = tuple(ix.var(f"l{root.id}_{d}", n) for d, n in enumerate(root.shape[1:]))
+    index = (batch_var,) + vars_
+    value = eb.value(root, index)
+    reads = [ld for ld in loads_of([value]) if ld.buffer is out]
+    if len(reads) != 1:           # a sum over windows of the product is not a layout
+        raise Illegal("a layout epilogue reads one element of the product")
+    if reads[0].index[0] != batch_var:
+        raise Illegal("a layout epilogue reads the product at another batch index")
+    return [(vars_, Store(b, value, index)) for b in dests(root)]
 
 
 def padded_epilogue(node: Node, dot: Node) -> bool:
@@ -764,7 +802,8 @@ def kernel_loads(kernel) -> list[Load]:
         exprs = [r.value for r in kernel.reductions] + [s.value for s in
                                                         kernel.row_stores + kernel.full_stores]
     elif isinstance(kernel, DotKernel):
-        exprs = [kernel.lhs, kernel.rhs] + [s.value for s in kernel.epilogue]
+        exprs = [kernel.lhs, kernel.rhs] + [s.value for s in kernel.epilogue] + \
+            [s.value for _, s in kernel.layouts]
     elif isinstance(kernel, ConvKernel):
         exprs = [kernel.term] + [s.value for s in kernel.epilogue]
     elif isinstance(kernel, ScatterKernel):
@@ -821,7 +860,7 @@ def kernel_stores(kernel) -> list[Store]:
         return kernel.row_stores + kernel.full_stores
     if isinstance(kernel, DotKernel):
         return [Store(kernel.out, Acc(kernel.out.dtype, 0), kernel.out_index)] + \
-            kernel.epilogue + [store for _, store in kernel.fills]
+            kernel.epilogue + [store for _, store in kernel.fills + kernel.layouts]
     if isinstance(kernel, ConvKernel):
         return [Store(kernel.out, Acc(kernel.out.dtype, 0), kernel.out_index)] + kernel.epilogue
     if isinstance(kernel, ScatterKernel):

@@ -236,7 +236,7 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
             if ld.buffer.kind == "temp":
                 last[ld.buffer.id] = max(last.get(ld.buffer.id, t), t)
     for t, k in enumerate(kernels):      # products only their own epilogue reads
-        if isinstance(k, K.DotKernel) and k.epilogue and k.out.kind == "temp" and \
+        if isinstance(k, K.DotKernel) and (k.epilogue or k.layouts) and k.out.kind == "temp" and \
                 last.get(k.out.id) == t:
             k.private_out = True
     # a kernel that may run in the previous one's thread chunks (kernels/chaining.py)

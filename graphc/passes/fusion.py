@@ -319,9 +319,11 @@ def _depth(members: dict) -> int:
     return max(depth.values(), default=0)
 
 
-def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False) -> bool:
+def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False,
+                threads: int = 1) -> bool:
     """Whether groups a and b can merge; `pads`: a dot's epilogue may also write a padded
-    copy of its result (the CPU's dot kernels fill the border, K.padded_epilogue)."""
+    copy of its result (the CPU's dot kernels fill the border, K.padded_epilogue) or a
+    rearranged one per image (_layout_fits)."""
     kind = _merged_kind(a, b)
     if kind is None:
         return False
@@ -339,7 +341,8 @@ def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False)
         # the epilogue runs over the anchor's output: only elementwise, same shape (or,
         # for a dot, that padded: the next convolution's input written in place)
         return all(r.shape == anchor.shape or pads and kind == "dot" and
-                   K.padded_epilogue(r, anchor) for r in other.roots) and \
+                   (K.padded_epilogue(r, anchor) or _layout_fits(r, anchor, threads))
+                   for r in other.roots) and \
             (a.anchor is not None and a.kind in ("dot", "conv"))
     # row: every reduction over one domain; loop parts over that domain or its rows
     sigs = {K.reduction_signature(m) for g in (a, b) for m in g.members.values()
@@ -351,8 +354,25 @@ def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False)
     return all(r.shape in (shape, kept) for g in (a, b) for r in g.roots)
 
 
+LAYOUT_PRODUCT_BYTES = 512 << 10    # one image's product, read back from the cache by a
+# layout epilogue (the CPU's dot kernels keep it in a scratch of that size)
+
+
+def _layout_fits(root: Node, dot: Node, threads: int) -> bool:
+    """Whether the CPU's dot kernel should write `root` (the product rearranged, such as
+    the phase planes a strided depthwise convolution reads) per image, right after that
+    image's product (K.layout_epilogue): the kernel is then split between threads by
+    images only, so there must be an image for each thread, and one image's product must
+    stay in the core's cache."""
+    if not K.layout_epilogue(root, dot):
+        return False
+    per_image = dot.nbytes // max(dot.shape[0], 1)
+    return dot.shape[0] >= threads and per_image <= LAYOUT_PRODUCT_BYTES
+
+
 def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
     pads = program.annotations.get("device", "cpu") == "cpu"
+    threads = program.annotations.get("threads", 1)
     changed = True
     while changed:
         changed = False
@@ -366,7 +386,7 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
             if a.kind == "collective" or b.kind == "collective":
                 continue
             pc = graph.has_edge(a_id, b_id)
-            if not _compatible(a, b, pc, pads):
+            if not _compatible(a, b, pc, pads, threads):
                 continue
             if _creates_cycle(graph, a_id, b_id):
                 continue

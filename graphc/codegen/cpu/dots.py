@@ -11,6 +11,7 @@ from ...ir.ops.shape import window_positions
 
 from ...kernels import index as ix
 from ...kernels import kernel as K
+from . import interior
 from .types import COMPUTE, I32, I64
 
 
@@ -200,7 +201,11 @@ class DotEmitter:
                 if k.epilogue:
                     self.loops(k.n_vars, epilogue)
                 self.dot_fills(k)
-            self.outer_loops(k.batch_vars + k.m_vars, row)
+            if k.layouts:         # each batch index's rows, then its layout nests
+                self.outer_loops(k.batch_vars, lambda: (self.loops(k.m_vars, row),
+                                                        self.layout_nests(k)))
+            else:
+                self.outer_loops(k.batch_vars + k.m_vars, row)
         else:
             def element():
                 acc = self._alloca(COMPUTE[k.acc_dtype])
@@ -214,9 +219,28 @@ class DotEmitter:
                 self.cache = {}
                 self.store(out, k.out_index, self.accs[0])
                 self.stores(k.epilogue)
+            if k.layouts:
+                def image():
+                    self.loops(k.m_vars + k.n_vars, element)
+                    self.loops(k.m_vars, lambda: self.dot_fills(k))
+                    self.layout_nests(k)
+                self.outer_loops(k.batch_vars, image)
+                return
             self.outer_loops(k.batch_vars + k.m_vars + k.n_vars, element)
             if k.fills:
                 self.loops(k.batch_vars + k.m_vars, lambda: self.dot_fills(k))
+
+    def layout_nests(self, k: K.DotKernel, scratch: "K.Buffer | None" = None) -> None:
+        """k's layout nests (DotKernel.layouts) for the batch index bound now; their
+        loads of k.out read `scratch` (that index's product) when there is one."""
+        if scratch is not None:
+            self.redirect[k.out.id] = (scratch, len(k.batch_vars))
+        for vars_, store in k.layouts:     # padded borders: guards split off (interior)
+            self.cache = {}
+            saved, self.splits = self.splits, interior.guards([store.value], store.index)
+            self.loops(vars_, lambda store=store: self.stores([store]))
+            self.splits = saved
+        self.redirect.pop(k.out.id, None)
 
     def dot_fills(self, k: K.DotKernel, m_bound: bool = True) -> None:
         """The borders of k's padded results (K.padded_epilogue) for the batch index (and,
@@ -318,6 +342,7 @@ class DotEmitter:
             if k.epilogue:
                 self.loops(k.m_vars + k.n_vars, epilogue)
             self.dot_fills(k, m_bound=False)
+            self.layout_nests(k, scratch)
         self.loops(k.batch_vars, product)
 
     def _product_scratch(self, k: K.DotKernel, plan):
@@ -325,7 +350,7 @@ class DotEmitter:
         (k.private_out, graphc's own kernels, static and at most SCRATCH_BYTES): each
         image's C is then written and read in the core's cache, never sent to memory
         (a 32 x 32 x 32 convolution's output: 4 MB a call at batch 32). None otherwise."""
-        if not (k.private_out and plan.get("own") and k.epilogue):
+        if not (k.private_out and plan.get("own") and (k.epilogue or k.layouts)):
             return None
         shape = tuple(ix.extent_of(v) if isinstance(v, ix.IVar) else 1
                       for v in k.m_vars + k.n_vars)

@@ -55,6 +55,7 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
         self.resolved: dict = {}       # id(Choose) -> the part chosen by an outer branch
         self.bound: set = set()        # loop variables bound by the enclosing loops
         self.symbols: dict = {}        # symbol name -> its i64 value (this function's argument)
+        self.redirect: dict = {}       # buffer id -> (scratch, leading axes it drops)
 
     def dim(self, d) -> ir.Value:
         """i64 value of a size (an int or a symbolic Dim)."""
@@ -186,6 +187,9 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
             return self.b.alloca(ty)
 
     def _ptr(self, buf: K.Buffer, index):
+        if buf.id in self.redirect:           # a product kept in a scratch (layout nests)
+            buf, drop = self.redirect[buf.id]
+            index = tuple(index)[drop:]
         arg, _ = self.args[buf.id]
         offset = self.index(ix.linearize(index, buf.shape))
         return self.b.gep(arg, [offset], inbounds=True)

@@ -232,8 +232,8 @@ def split_var(kern, threads: int):
         outer = kern.loop_vars
     elif isinstance(kern, K.RowKernel):
         outer = kern.kept_vars
-    elif isinstance(kern, K.DotKernel):
-        outer = kern.batch_vars + kern.m_vars
+    elif isinstance(kern, K.DotKernel):      # layout nests read a whole image's product
+        outer = kern.batch_vars + (() if kern.layouts else kern.m_vars)
     elif isinstance(kern, K.ConvKernel):
         outer = kern.out_vars
     else:
@@ -278,6 +278,8 @@ def _blas_split(kern, threads: int):
     # a convolution read in place (own nnw kernel): whole images per thread, so that no
     # thread gets a column tail narrower than a vector (1.5x on a 16 x 17 output grid)
     images = real(kern.batch_vars)
+    if kern.layouts:                   # a layout nest reads a whole image's product
+        return images[0] if images and hint(ix.extent_of(images[0])) >= threads else None
     if plan["own"] == "winograd":      # whole images, else blocks of output rows
         if images and hint(ix.extent_of(images[0])) >= threads:
             return images[0]

@@ -1,0 +1,119 @@
+"""Layout epilogues (K.layout_epilogue, fusion._layout_fits): a CPU product with one
+batch axis writes a rearranged copy of its result (the padded input of a depthwise
+convolution, its phase planes, a transpose) per image, right after that image's product,
+reading it back from the kernel's scratch. Compiled results against the reference
+interpreter, the same bits for any thread count, and the cases that must stay apart."""
+import numpy as np
+import pytest
+
+import graphc as gc
+from graphc.api import bind
+
+
+def _conv(x, w, stride=1, groups=1, pad=1):
+    return bind("conv", x, w, window_strides=(stride, stride), padding=((pad, pad),) * 2,
+                lhs_dilation=(1, 1), rhs_dilation=(1, 1), feature_group_count=groups)
+
+
+def _groups(exe) -> list:
+    return [line for line in exe.dump("fused").splitlines() if line.startswith("group")]
+
+
+def _dot_group(exe) -> str:
+    dots = [g for g in _groups(exe) if "[dot]" in g]
+    assert len(dots) == 1, dots
+    return dots[0]
+
+
+def _pointwise_then_depthwise(batch, stride, rng):
+    """1x1 convolution 16 -> 32 channels, bias, ReLU6, then a 3x3 depthwise one."""
+    xs = (batch, 16, 16, 16)
+    x = gc.placeholder(xs, name="x")
+    w1 = gc.constant(rng.standard_normal((32, 16, 1, 1)).astype(np.float32) * 0.3)
+    b1 = gc.constant(rng.standard_normal(32).astype(np.float32))
+    w2 = gc.constant(rng.standard_normal((32, 1, 3, 3)).astype(np.float32))
+    h = gc.minimum(gc.maximum(_conv(x, w1, pad=0) + b1.reshape((1, 32, 1, 1)), 0.0), 6.0)
+    y = _conv(h, w2, stride, groups=32)
+    return y, {"x": rng.standard_normal(xs).astype(np.float32)}
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_pointwise_product_writes_the_depthwise_input(stride):
+    """Stride 1: the padded input; stride 2: its phase planes (pad, reshape, transpose).
+    One kernel computes the product, bias, ReLU6 and that layout per image."""
+    rng = np.random.default_rng(stride)
+    with gc.Graph("layout"):
+        y, feeds = _pointwise_then_depthwise(4, stride, rng)
+        exe = gc.compile(y, num_threads=2)
+        want = gc.evaluate(y, feeds)
+    dot = _dot_group(exe)
+    assert ":pad" in dot and ":max" in dot and ":min" in dot
+    if stride == 2:
+        assert ":transpose" in dot
+    # the depthwise window sum reads the layout: it stays a loop kernel of its own
+    assert any("[loop]" in g and ":window_view" in g and ":mul" in g for g in _groups(exe))
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    for threads in (1, 3):       # every element computed the same way on any split
+        with gc.Graph("layout"):
+            y2, _ = _pointwise_then_depthwise(4, stride, np.random.default_rng(stride))
+            other = gc.compile(y2, num_threads=threads)
+        np.testing.assert_array_equal(other(**feeds), got)
+    exe._native.poison_arena = True
+    np.testing.assert_array_equal(exe(**feeds), got)
+
+
+def test_not_when_an_image_per_thread_is_missing():
+    """Batch 1 on 2 threads: the product is split by columns, so the layout stays a loop
+    kernel of its own (a layout nest needs its image's whole product)."""
+    rng = np.random.default_rng(3)
+    with gc.Graph("one_image"):
+        y, feeds = _pointwise_then_depthwise(1, 2, rng)
+        exe = gc.compile(y, num_threads=2)
+        want = gc.evaluate(y, feeds)
+    assert ":transpose" not in _dot_group(exe)
+    np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    with gc.Graph("one_image"):
+        y1, _ = _pointwise_then_depthwise(1, 2, np.random.default_rng(3))
+        single = gc.compile(y1, num_threads=1)
+    assert ":transpose" in _dot_group(single)
+    np.testing.assert_allclose(single(**feeds), want, rtol=2e-5,
+                               atol=2e-5 * np.abs(want).max())
+
+
+def test_transposed_batched_product():
+    """Any batched product: (B, S, D) @ (B, D, T) -> transposed to (B, T, S) + 1."""
+    rng = np.random.default_rng(4)
+    with gc.Graph("transposed"):
+        a = gc.placeholder((6, 48, 64), name="a")
+        b = gc.placeholder((6, 64, 40), name="b")
+        y = gc.transpose(a @ b, (0, 2, 1)) + 1.0
+        exe = gc.compile(y, num_threads=2)
+        feeds = {"a": rng.standard_normal((6, 48, 64)).astype(np.float32),
+                 "b": rng.standard_normal((6, 64, 40)).astype(np.float32)}
+        want = gc.evaluate(y, feeds)
+    assert len([g for g in _groups(exe)]) == 1 and ":transpose" in _dot_group(exe)
+    got = exe(**feeds)
+    assert got.shape == (6, 40, 48)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_reading_another_image_or_a_window_stays_apart():
+    """A layout that reads the product at another batch index (reversed batch), or a
+    window sum over it (several elements each), is not a layout epilogue: separate
+    kernels, same results."""
+    rng = np.random.default_rng(5)
+    with gc.Graph("apart"):
+        a = gc.placeholder((4, 32, 64), name="a")
+        b = gc.placeholder((4, 64, 40), name="b")
+        p = a @ b
+        flipped = gc.transpose(bind("reverse", p, dimensions=(0,)), (0, 2, 1))
+        pairs = p[:, :, 1:] + p[:, :, :-1]
+        exe = gc.compile([flipped, pairs], num_threads=2)
+        feeds = {"a": rng.standard_normal((4, 32, 64)).astype(np.float32),
+                 "b": rng.standard_normal((4, 64, 40)).astype(np.float32)}
+        want = gc.evaluate([flipped, pairs], feeds)
+    dot = _dot_group(exe)
+    assert ":reverse" not in dot and ":slice" not in dot
+    for g, w in zip(exe(**feeds), want):
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5 * np.abs(w).max())
