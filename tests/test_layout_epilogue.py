@@ -1,8 +1,9 @@
 """Layout epilogues (K.layout_epilogue, fusion._layout_fits): a CPU product with one
 batch axis writes a rearranged copy of its result (the padded input of a depthwise
 convolution, its phase planes, a transpose) per image, right after that image's product,
-reading it back from the kernel's scratch. Compiled results against the reference
-interpreter, the same bits for any thread count, and the cases that must stay apart."""
+reading it back from the kernel's scratch, and a depthwise window sum over that copy
+next. Compiled results against the reference interpreter, the same bits for any thread
+count, and the cases that must stay apart."""
 import numpy as np
 import pytest
 
@@ -25,38 +26,43 @@ def _dot_group(exe) -> str:
     return dots[0]
 
 
-def _pointwise_then_depthwise(batch, stride, rng):
-    """1x1 convolution 16 -> 32 channels, bias, ReLU6, then a 3x3 depthwise one."""
-    xs = (batch, 16, 16, 16)
+def _pointwise_then_depthwise(batch, stride, rng, cin=16, cout=32, size=16):
+    """1x1 convolution cin -> cout channels, bias, ReLU6, then a 3x3 depthwise one."""
+    xs = (batch, cin, size, size)
     x = gc.placeholder(xs, name="x")
-    w1 = gc.constant(rng.standard_normal((32, 16, 1, 1)).astype(np.float32) * 0.3)
-    b1 = gc.constant(rng.standard_normal(32).astype(np.float32))
-    w2 = gc.constant(rng.standard_normal((32, 1, 3, 3)).astype(np.float32))
-    h = gc.minimum(gc.maximum(_conv(x, w1, pad=0) + b1.reshape((1, 32, 1, 1)), 0.0), 6.0)
-    y = _conv(h, w2, stride, groups=32)
+    w1 = gc.constant(rng.standard_normal((cout, cin, 1, 1)).astype(np.float32) * 0.3)
+    b1 = gc.constant(rng.standard_normal(cout).astype(np.float32))
+    w2 = gc.constant(rng.standard_normal((cout, 1, 3, 3)).astype(np.float32))
+    h = gc.minimum(gc.maximum(_conv(x, w1, pad=0) + b1.reshape((1, cout, 1, 1)), 0.0), 6.0)
+    y = _conv(h, w2, stride, groups=cout)
     return y, {"x": rng.standard_normal(xs).astype(np.float32)}
 
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_pointwise_product_writes_the_depthwise_input(stride):
+@pytest.mark.parametrize("stride,cin,cout,size", [
+    (1, 16, 32, 16), (2, 16, 32, 16),
+    (1, 8, 32, 64),      # the padded copy (557 KB an image) too large for a scratch
+])
+def test_pointwise_product_writes_the_depthwise_input(stride, cin, cout, size):
     """Stride 1: the padded input; stride 2: its phase planes (pad, reshape, transpose).
-    One kernel computes the product, bias, ReLU6 and that layout per image."""
-    rng = np.random.default_rng(stride)
+    One kernel computes the product, bias, ReLU6, that layout and then the depthwise
+    window sum over it, per image (the layout in a scratch when it fits)."""
+    def build(seed):
+        return _pointwise_then_depthwise(4, stride, np.random.default_rng(seed), cin, cout,
+                                         size)
     with gc.Graph("layout"):
-        y, feeds = _pointwise_then_depthwise(4, stride, rng)
+        y, feeds = build(stride)
         exe = gc.compile(y, num_threads=2)
         want = gc.evaluate(y, feeds)
+    assert len(_groups(exe)) == 1
     dot = _dot_group(exe)
-    assert ":pad" in dot and ":max" in dot and ":min" in dot
+    assert all(f":{op}" in dot for op in ("pad", "max", "min", "window_view", "mul"))
     if stride == 2:
         assert ":transpose" in dot
-    # the depthwise window sum reads the layout: it stays a loop kernel of its own
-    assert any("[loop]" in g and ":window_view" in g and ":mul" in g for g in _groups(exe))
     got = exe(**feeds)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
     for threads in (1, 3):       # every element computed the same way on any split
         with gc.Graph("layout"):
-            y2, _ = _pointwise_then_depthwise(4, stride, np.random.default_rng(stride))
+            y2, _ = build(stride)
             other = gc.compile(y2, num_threads=threads)
         np.testing.assert_array_equal(other(**feeds), got)
     exe._native.poison_arena = True

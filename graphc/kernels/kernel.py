@@ -172,6 +172,8 @@ class DotKernel:
     # shape (the product rearranged: a transposed or phase-split copy), each a nest run
     # per batch index after its product; their Loads of `out` read that batch index's
     # product (K.layout_epilogue)
+    private_layouts: set = field(default_factory=set)  # ids of layout buffers only this
+    # kernel's later nests read: a backend may keep each batch index's in a scratch
 
 
 @dataclass
@@ -639,7 +641,8 @@ def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int,
     if not dests(dot):
         raise Illegal("dot needs an output buffer")
     epilogue, fills, layouts = [], [], []
-    for r in roots:
+    laid_out: dict = {}                  # layout roots written so far: node id -> buffer
+    for r in sorted(roots, key=lambda n: n.id):
         if r is dot:
             epilogue += [Store(b, Acc(dot.dtype, 0), out_index) for b in dests(dot)[1:]]
         elif r.shape == dot.shape:
@@ -652,7 +655,9 @@ def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int,
                 epilogue.append(Store(b, value, at))
                 fills += _border_fills(b, r, out_index, lead)
         elif buffer_of is not None and layout_epilogue(r, dot):
-            layouts += _layout_nests(dot, r, eb.members, buffer_of, dests, out_index[0])
+            layouts += _layout_nests(dot, r, eb.members, buffer_of, dests, out_index[0],
+                                     laid_out)
+            laid_out[r.id] = dests(r)[0]
         else:
             raise Illegal("epilogue of another shape")
     return epilogue, fills, layouts
@@ -670,20 +675,27 @@ def layout_epilogue(node: Node, dot: Node) -> bool:
     return node.shape[0] == dot.shape[0] and node.size <= 2 * dot.size
 
 
-def _layout_nests(dot: Node, root: Node, members, buffer_of, dests, batch_var) -> list:
+def _layout_nests(dot: Node, root: Node, members, buffer_of, dests, batch_var,
+                  laid_out) -> list:
     """(loop vars, Store) nests writing `root` for one index of the dot's batch axis
-    (batch_var), its value built from a Load of the dot's output buffer; Illegal unless
-    each element reads one element of the product, at that batch index."""
+    (batch_var), its value built from a Load of the dot's output buffer or from the
+    buffers of earlier layout roots (`laid_out`: a depthwise convolution over the
+    padded copy just written); Illegal unless it reads at most one element of the
+    product, and that and the earlier layouts at that batch index only."""
     out = dests(dot)[0]
-    eb = ExprBuilder(members, lambda n: out if n.id == dot.id else buffer_of(n))
+    written = {**laid_out, dot.id: out}
+    eb = ExprBuilder({m for m in members if m not in laid_out},
+                     lambda n: written[n.id] if n.id in written else buffer_of(n))
     vars_ = tuple(ix.var(f"l{root.id}_{d}", n) for d, n in enumerate(root.shape[1:]))
     index = (batch_var,) + vars_
     value = eb.value(root, index)
-    reads = [ld for ld in loads_of([value]) if ld.buffer is out]
-    if len(reads) != 1:           # a sum over windows of the product is not a layout
+    loads = loads_of([value])
+    ours = {id(b) for b in written.values()}
+    if sum(ld.buffer is out for ld in loads) > 1:  # a window sum over the product
         raise Illegal("a layout epilogue reads one element of the product")
-    if reads[0].index[0] != batch_var:
-        raise Illegal("a layout epilogue reads the product at another batch index")
+    if not any(id(ld.buffer) in ours for ld in loads) or \
+            any(id(ld.buffer) in ours and ld.index[0] != batch_var for ld in loads):
+        raise Illegal("a layout epilogue reads the product at its batch index")
     return [(vars_, Store(b, value, index)) for b in dests(root)]
 
 

@@ -239,6 +239,9 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
         if isinstance(k, K.DotKernel) and (k.epilogue or k.layouts) and k.out.kind == "temp" and \
                 last.get(k.out.id) == t:
             k.private_out = True
+        if isinstance(k, K.DotKernel) and k.layouts:
+            k.private_layouts = {st.buffer.id for _, st in k.layouts
+                                 if st.buffer.kind == "temp" and last.get(st.buffer.id) == t}
     # a kernel that may run in the previous one's thread chunks (kernels/chaining.py)
     # must not write where that one still reads: its buffers stay live one step more
     shielded = set()

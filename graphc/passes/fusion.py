@@ -414,12 +414,24 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
             break
 
 
+def _read_in_place(node: Node, users, members) -> bool:
+    """Whether a member reads `node` through a window_view (directly or reshaped)."""
+    for u in users[node.id]:
+        if u.id in members and (u.op == "window_view" or u.op == "reshape" and
+                                _read_in_place(u, users, members)):
+            return True
+    return False
+
+
 def _needed_roots(roots, members, plan_, alive, a_id, b_id, program_roots, users, anchor):
     """Roots still read outside the merged group (or results, or the dot/conv itself)."""
     keep = []
     for r in roots:
         if r.id in program_roots or (anchor is not None and r is anchor):
             keep.append(r)
+            continue
+        if _read_in_place(r, users, members):
+            keep.append(r)          # stays written (a layout epilogue's padded copy)
             continue
         outside = any(u.id in g.members for u in users[r.id]
                       for gid, g in alive.items() if gid not in (a_id, b_id))

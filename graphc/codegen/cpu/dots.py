@@ -236,11 +236,27 @@ class DotEmitter:
         if scratch is not None:
             self.redirect[k.out.id] = (scratch, len(k.batch_vars))
         for vars_, store in k.layouts:     # padded borders: guards split off (interior)
+            buf = store.buffer
+            if buf.id in k.private_layouts and buf.id not in self.redirect and \
+                    buf.nbytes // max(buf.shape[0], 1) <= SCRATCH_BYTES:
+                self.redirect[buf.id] = (self._batch_scratch(buf), 1)
             self.cache = {}
             saved, self.splits = self.splits, interior.guards([store.value], store.index)
             self.loops(vars_, lambda store=store: self.stores([store]))
             self.splits = saved
-        self.redirect.pop(k.out.id, None)
+        self.redirect = {}
+
+    def _batch_scratch(self, buf: K.Buffer) -> K.Buffer:
+        """A stack buffer for one index of buf's first axis (a layout only this kernel's
+        later nests read: a depthwise convolution's padded input, written and read in
+        the core's cache)."""
+        shape = tuple(buf.shape[1:])
+        scratch = K.Buffer(-1 - buf.id, shape, buf.dtype, "temp")
+        with self.b.goto_entry_block():
+            ptr = self.b.alloca(COMPUTE[buf.dtype], size=ir.Constant(I64, sym_prod(shape)))
+            ptr.align = 64
+        self.args[scratch.id] = (ptr, scratch)
+        return scratch
 
     def dot_fills(self, k: K.DotKernel, m_bound: bool = True) -> None:
         """The borders of k's padded results (K.padded_epilogue) for the batch index (and,
