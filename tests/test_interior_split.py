@@ -28,6 +28,19 @@ def test_interval_of_a_stencils_guards():
     assert interior.interval(short, [ix.clamp(ix.add(short, ix.const(-1)), 0, 5)]) is None
 
 
+def test_interval_with_fixed_variables():
+    """A phase plane's read 2*j + r - 1 (r the plane's column parity, unrolled by a
+    layout nest): filed under j only when r is fixed, its interval exact for each r."""
+    j, r = ix.var("j", 17), ix.var("r", 2)
+    x = ix.add(ix.add(ix.mul(j, 2), r), ix.const(-1))
+    check = K.InRange("bool", x, 0, 32)
+    assert interior.guards([check]) == {}                 # two free variables
+    gs = interior.guards([check], fixed=frozenset({"r"}))
+    assert set(gs) == {"j"}
+    assert interior.interval(j, gs["j"], {"r": 0}) == (1, 17)     # 16 whole columns
+    assert interior.interval(j, gs["j"], {"r": 1}) == (0, 16)
+
+
 def _laplacian(u):
     p = gc.pad(u, ((1, 1), (1, 1)))
     return 4.0 * u - p[:-2, 1:-1] - p[2:, 1:-1] - p[1:-1, :-2] - p[1:-1, 2:]

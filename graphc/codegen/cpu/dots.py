@@ -1,6 +1,8 @@
 """Dots (BLAS calls or loop nests), convolutions and scatter-adds."""
 from __future__ import annotations
 
+import itertools
+
 import llvmlite.ir as ir
 
 from graphc_runtime.dims import Dim, Undecidable, hint
@@ -17,6 +19,7 @@ from .types import COMPUTE, I32, I64
 
 BLAS_MIN_FLOPS = 1 << 15
 SCRATCH_BYTES = 512 << 10      # largest per-batch-index product kept in a scratch
+UNROLL_MAX = 2                 # layout nests' outer axes this short are unrolled
 
 
 def blas_plan(k: "K.DotKernel"):
@@ -240,9 +243,23 @@ class DotEmitter:
             if buf.id in k.private_layouts and buf.id not in self.redirect and \
                     buf.nbytes // max(buf.shape[0], 1) <= SCRATCH_BYTES:
                 self.redirect[buf.id] = (self._batch_scratch(buf), 1)
-            self.cache = {}
-            saved, self.splits = self.splits, interior.guards([store.value], store.index)
-            self.loops(vars_, lambda store=store: self.stores([store]))
+            # short outer axes (a phase plane's row and column parity) unrolled: fixed,
+            # the guards of the innermost loop bound it exactly (whole vectors inside)
+            real = [v for v in vars_ if isinstance(v, ix.IVar)]
+            short = [v for v in real[:-1] if ix.extent_of(v) <= UNROLL_MAX]
+            rest = [v for v in real if v not in short]
+            saved = self.splits
+            self.splits = interior.guards([store.value], store.index,
+                                          frozenset(v.name for v in short))
+            for values in itertools.product(*[range(ix.extent_of(v)) for v in short]):
+                self.cache = {}
+                for v, value in zip(short, values):
+                    self.env[v.name], self.fixed[v.name] = ir.Constant(I64, value), value
+                    self.bound.add(v.name)
+                self.loops(rest, lambda store=store: self.stores([store]))
+            for v in short:
+                self.bound.discard(v.name)
+                del self.fixed[v.name]
             self.splits = saved
         self.redirect = {}
 

@@ -18,15 +18,17 @@ from ...kernels import kernel as K
 MIN_INTERIOR = 8      # a shorter interior is not worth a second copy of the loop body
 
 
-def guards(exprs, indices=()) -> dict:
+def guards(exprs, indices=(), fixed=frozenset()) -> dict:
     """{loop variable name: [IClamp / InRange guards affine in that variable alone]} in
-    the value expressions `exprs` and the index expressions `indices` (stores')."""
+    the value expressions `exprs` and the index expressions `indices` (stores'); with
+    `fixed` (names of variables the emitter binds to constants), also those affine in
+    one variable besides fixed ones (a phase plane's 2*j + r - 1, r fixed)."""
     found: dict = {}
 
     def index(e):
         for sub in ix.subexpressions(e):
             if isinstance(sub, ix.IClamp) and sub.low is None and sub.high is None:
-                _add(found, sub, sub.a)
+                _add(found, sub, sub.a, fixed)
 
     for e in K.value_exprs(exprs):
         if isinstance(e, K.Load):
@@ -35,7 +37,7 @@ def guards(exprs, indices=()) -> dict:
         elif isinstance(e, K.InRange):
             index(e.index)
             if e.step == 1 and not isinstance(e.lo, Dim) and not isinstance(e.hi, Dim):
-                _add(found, e, e.index)
+                _add(found, e, e.index, fixed)
         elif isinstance(e, (K.IndexValue, K.Choose)):
             index(e.index)
     for i in indices:
@@ -43,25 +45,29 @@ def guards(exprs, indices=()) -> dict:
     return found
 
 
-def _add(found, guard, e) -> None:
+def _add(found, guard, e, fixed=frozenset()) -> None:
     aff = ix.affine(e)
-    if aff is None or len(aff[0]) != 1:
+    if aff is None:
         return
-    (name, k), = aff[0].items()
+    free = [(name, k) for name, k in aff[0].items() if name not in fixed]
+    if len(free) != 1:
+        return
+    (name, k), = free
     if k > 0:
         found.setdefault(name, []).append(guard)
 
 
-def interval(var: ix.IVar, gs) -> tuple[int, int] | None:
+def interval(var: ix.IVar, gs, values=None) -> tuple[int, int] | None:
     """[L, H) within [0, extent) where every guard in gs holds trivially, or None when
-    that interior is short."""
+    that interior is short; `values` gives the fixed variables' values."""
     extent = ix.extent_of(var)
     if isinstance(extent, Dim):
         return None
     lo, hi = 0, extent
     for g in gs:
         coefs, d = ix.affine(g.a if isinstance(g, ix.IClamp) else g.index)
-        (_, k), = coefs.items()
+        k = coefs[var.name]
+        d += sum(c * values[name] for name, c in coefs.items() if name != var.name)
         if isinstance(g, ix.IClamp):      # g.lo <= k*v + d <= g.hi
             low, high = _ceil(g.lo - d, k), (g.hi - d) // k + 1
         else:                             # g.lo <= k*v + d < g.hi

@@ -56,6 +56,7 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
         self.bound: set = set()        # loop variables bound by the enclosing loops
         self.symbols: dict = {}        # symbol name -> its i64 value (this function's argument)
         self.redirect: dict = {}       # buffer id -> (scratch, leading axes it drops)
+        self.fixed: dict = {}          # loop variable -> the constant it is bound to
 
     def dim(self, d) -> ir.Value:
         """i64 value of a size (an int or a symbolic Dim)."""
@@ -78,7 +79,7 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
                 return self._unswitch(choice, vars_, body)
         v = vars_[0]
         begin, end = self.bounds.get(v.name, (ir.Constant(I64, 0), self.dim(ix.extent_of(v))))
-        span = interior.interval(v, self.splits[v.name]) \
+        span = interior.interval(v, self.splits[v.name], self.fixed) \
             if len(vars_) == 1 and v.name in self.splits else None
         if span is None:
             return self._counted(v, begin, end, vars_, body)
