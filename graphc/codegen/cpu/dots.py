@@ -240,9 +240,9 @@ class DotEmitter:
             self.redirect[k.out.id] = (scratch, len(k.batch_vars))
         for vars_, store in k.layouts:     # padded borders: guards split off (interior)
             buf = store.buffer
-            if buf.id in k.private_layouts and buf.id not in self.redirect and \
-                    buf.nbytes // max(buf.shape[0], 1) <= SCRATCH_BYTES:
-                self.redirect[buf.id] = (self._batch_scratch(buf), 1)
+            kept = None if buf.id in self.redirect else self._layout_scratch(k, buf)
+            if kept is not None:
+                self.redirect[buf.id] = (kept, 1)
             # short outer axes (a phase plane's row and column parity) unrolled: fixed,
             # the guards of the innermost loop bound it exactly (whole vectors inside)
             real = [v for v in vars_ if isinstance(v, ix.IVar)]
@@ -263,17 +263,24 @@ class DotEmitter:
             self.splits = saved
         self.redirect = {}
 
-    def _batch_scratch(self, buf: K.Buffer) -> K.Buffer:
-        """A stack buffer for one index of buf's first axis (a layout only this kernel's
-        later nests read: a depthwise convolution's padded input, written and read in
-        the core's cache)."""
-        shape = tuple(buf.shape[1:])
-        scratch = K.Buffer(-1 - buf.id, shape, buf.dtype, "temp")
+    def _layout_scratch(self, k: K.DotKernel, buf: K.Buffer):
+        """A buffer for one index of a layout buffer's first axis where only k's later
+        nests read it (k.private_layouts) and it is at most SCRATCH_BYTES (a depthwise
+        convolution's padded input, written and read in the core's cache). None
+        otherwise."""
+        if buf.id not in k.private_layouts or \
+                buf.nbytes // max(buf.shape[0], 1) > SCRATCH_BYTES:
+            return None
+        return self._stack_buffer(buf, tuple(buf.shape[1:]))
+
+    def _stack_buffer(self, of: K.Buffer, shape) -> K.Buffer:
+        """A 64-byte aligned stack buffer of `shape` standing in for part of `of`."""
+        buf = K.Buffer(-1 - of.id, shape, of.dtype, "temp")
         with self.b.goto_entry_block():
-            ptr = self.b.alloca(COMPUTE[buf.dtype], size=ir.Constant(I64, sym_prod(shape)))
+            ptr = self.b.alloca(COMPUTE[of.dtype], size=ir.Constant(I64, sym_prod(shape)))
             ptr.align = 64
-        self.args[scratch.id] = (ptr, scratch)
-        return scratch
+        self.args[buf.id] = (ptr, buf)
+        return buf
 
     def dot_fills(self, k: K.DotKernel, m_bound: bool = True) -> None:
         """The borders of k's padded results (K.padded_epilogue) for the batch index (and,
@@ -390,12 +397,7 @@ class DotEmitter:
         if not all(isinstance(n, int) for n in shape) or \
                 sym_prod(shape) * dtypes.itemsize(k.out.dtype) > SCRATCH_BYTES:
             return None
-        buf = K.Buffer(-1 - k.out.id, shape, k.out.dtype, "temp")
-        with self.b.goto_entry_block():
-            ptr = self.b.alloca(COMPUTE[k.out.dtype], size=ir.Constant(I64, sym_prod(shape)))
-            ptr.align = 64
-        self.args[buf.id] = (ptr, buf)
-        return buf
+        return self._stack_buffer(k.out, shape)
 
     def conv(self, k: K.ConvKernel) -> None:
         b = self.b
