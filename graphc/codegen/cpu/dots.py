@@ -14,6 +14,7 @@ from ...ir.ops.shape import window_positions
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from . import interior
+from .jam import jam_variable
 from .types import COMPUTE, I32, I64
 
 
@@ -251,6 +252,8 @@ class DotEmitter:
             saved = self.splits
             self.splits = interior.guards([store.value], store.index,
                                           frozenset(v.name for v in short))
+            row = jam_variable([store], rest)
+            self.jam = (row, [store]) if row else None
             for values in itertools.product(*[range(ix.extent_of(v)) for v in short]):
                 self.cache = {}
                 for v, value in zip(short, values):
@@ -260,7 +263,7 @@ class DotEmitter:
             for v in short:
                 self.bound.discard(v.name)
                 del self.fixed[v.name]
-            self.splits = saved
+            self.splits, self.jam = saved, None
         self.redirect = {}
 
     def _layout_scratch(self, k: K.DotKernel, buf: K.Buffer):

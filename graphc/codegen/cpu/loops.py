@@ -12,6 +12,7 @@ from ...kernels import index as ix
 from ...kernels import kernel as K
 from . import interior
 from .dots import DotEmitter
+from .jam import JAM, jam_variable
 from .reductions import ReductionEmitter
 from .symbols import emit_dim
 from .types import I64
@@ -57,6 +58,7 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
         self.symbols: dict = {}        # symbol name -> its i64 value (this function's argument)
         self.redirect: dict = {}       # buffer id -> (scratch, leading axes it drops)
         self.fixed: dict = {}          # loop variable -> the constant it is bound to
+        self.jam = None                # (row variable, stores): see jam_variable
 
     def dim(self, d) -> ir.Value:
         """i64 value of a size (an int or a symbolic Dim)."""
@@ -79,6 +81,8 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
                 return self._unswitch(choice, vars_, body)
         v = vars_[0]
         begin, end = self.bounds.get(v.name, (ir.Constant(I64, 0), self.dim(ix.extent_of(v))))
+        if len(vars_) == 2 and self.jam is not None and self.jam[0] == v.name:
+            begin = self._jammed(v, begin, end, vars_[1], self.jam[1])
         span = interior.interval(v, self.splits[v.name], self.fixed) \
             if len(vars_) == 1 and v.name in self.splits else None
         if span is None:
@@ -122,6 +126,47 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
                                                                  ir.Constant(ir.IntType(1), 0)))
         b.position_at_end(done)
 
+    def _jammed(self, v, begin, end, inner, stores):
+        """for v in [begin, end) in steps of JAM while JAM rows are left: the innermost
+        loop (inner) once around JAM copies of the stores, all of their values computed
+        before any is stored (loads of a row shared between copies become one). Returns
+        where it stopped: the rows left go through the plain loop."""
+        b = self.b
+        pre = b.block
+        head = b.append_basic_block(f"{v.name}.jam.head")
+        loop = b.append_basic_block(f"{v.name}.jam.body")
+        done = b.append_basic_block(f"{v.name}.jam.done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64, f"{v.name}.jam")
+        i.add_incoming(begin, pre)
+        nxt = b.add(i, ir.Constant(I64, JAM), flags=["nsw"])
+        b.cbranch(b.icmp_signed("<=", nxt, end), loop, done)
+        b.position_at_end(loop)
+        self.bound.add(v.name)
+
+        def rows():
+            values = []
+            for u in range(JAM):
+                self.env[v.name] = b.add(i, ir.Constant(I64, u), flags=["nsw", "nuw"])
+                saved = dict(self.cache)
+                values.append([self.value(s.value) for s in stores])
+                self.cache = saved
+            for u in range(JAM):
+                self.env[v.name] = b.add(i, ir.Constant(I64, u), flags=["nsw", "nuw"])
+                saved = dict(self.cache)
+                for s, value in zip(stores, values[u]):
+                    self.store(s.buffer, s.index, value)
+                self.cache = saved
+        saved_cache = dict(self.cache)
+        self._nest([inner], rows)
+        self.cache = saved_cache
+        self.bound.discard(v.name)
+        i.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        return i
+
     def _unswitch(self, choice: K.Choose, vars_, body) -> None:
         """Branch on a concatenate's part once, outside the remaining loops, and emit
         those loops once per part with the part fixed: the inner loops then hold no
@@ -161,8 +206,10 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
             self.hoisted = hoistable_choices(k)
             self.splits = interior.guards([s.value for s in k.stores],
                                           [i for s in k.stores for i in s.index])
+            row = jam_variable(k.stores, k.loop_vars)
+            self.jam = (row, k.stores) if row and not self.hoisted else None
             self.outer_loops(k.loop_vars, lambda: self.stores(k.stores))
-            self.hoisted, self.splits = [], {}
+            self.hoisted, self.splits, self.jam = [], {}, None
         elif isinstance(k, K.RowKernel):
             self.splits = interior.guards([r.value for r in k.reductions] +
                                           [s.value for s in k.full_stores])
