@@ -69,18 +69,74 @@ def test_pointwise_product_writes_the_depthwise_input(stride, cin, cout, size):
     np.testing.assert_array_equal(exe(**feeds), got)
 
 
-def test_not_when_an_image_per_thread_is_missing():
-    """Batch 1 on 2 threads: the product is split by columns, so the layout stays a loop
-    kernel of its own (a layout nest needs its image's whole product)."""
+def _splits_recorded(monkeypatch):
+    """The variables the CPU backend splits dot kernels with layout nests along."""
+    from graphc.codegen.cpu import parallel
+    chosen = []
+    real = parallel._blas_split
+
+    def spy(kern, threads):
+        split = real(kern, threads)
+        if kern.layouts:
+            chosen.append(split.name if split is not None else None)
+        return split
+    monkeypatch.setattr(parallel, "_blas_split", spy)
+    return chosen
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_one_image_shared_by_rows(monkeypatch, stride):
+    """Batch 1 on 2 threads: the threads share the image by the product's rows
+    (channels), each running the layout nests over its own rows; the same bits as on
+    one thread."""
+    def build():
+        return _pointwise_then_depthwise(1, stride, np.random.default_rng(3), cin=32,
+                                         cout=64, size=32)
+    splits = _splits_recorded(monkeypatch)
+    with gc.Graph("one_image"):
+        y, feeds = build()
+        exe = gc.compile(y, num_threads=2)
+        want = gc.evaluate(y, feeds)
+    assert len(_groups(exe)) == 1 and splits == ["m0"]
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    with gc.Graph("one_image"):
+        y1, _ = build()
+        single = gc.compile(y1, num_threads=1)
+    np.testing.assert_array_equal(single(**feeds), got)
+    exe._native.poison_arena = True
+    np.testing.assert_array_equal(exe(**feeds), got)
+
+
+def test_one_image_of_the_stem_shared_by_rows(monkeypatch):
+    """The same for a product of the output's shape and the depthwise convolution
+    after it (its padded copy and window sum both layout nests)."""
+    splits = _splits_recorded(monkeypatch)
+    with gc.Graph("stem_one"):
+        y, feeds = _conv_then_depthwise(1, np.random.default_rng(10), cout=32, size=32)
+        exe = gc.compile(y, num_threads=2)
+        want = gc.evaluate(y, feeds)
+    assert len([g for g in _groups(exe) if "[dot]" in g]) == 1 and splits == ["m0"]
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    with gc.Graph("stem_one"):
+        y1, _ = _conv_then_depthwise(1, np.random.default_rng(10), cout=32, size=32)
+        single = gc.compile(y1, num_threads=1)
+    np.testing.assert_array_equal(single(**feeds), got)
+
+
+def test_not_when_an_image_per_thread_and_rows_per_thread_are_missing():
+    """Batch 1 on 2 threads with 8 channels (fewer than 8 rows a thread): the layout
+    stays a loop kernel of its own (a layout nest needs its rows' whole product)."""
     rng = np.random.default_rng(3)
     with gc.Graph("one_image"):
-        y, feeds = _pointwise_then_depthwise(1, 2, rng)
+        y, feeds = _pointwise_then_depthwise(1, 2, rng, cin=8, cout=8)
         exe = gc.compile(y, num_threads=2)
         want = gc.evaluate(y, feeds)
     assert ":transpose" not in _dot_group(exe)
     np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
     with gc.Graph("one_image"):
-        y1, _ = _pointwise_then_depthwise(1, 2, np.random.default_rng(3))
+        y1, _ = _pointwise_then_depthwise(1, 2, np.random.default_rng(3), cin=8, cout=8)
         single = gc.compile(y1, num_threads=1)
     assert ":transpose" in _dot_group(single)
     np.testing.assert_allclose(single(**feeds), want, rtol=2e-5,
@@ -123,3 +179,97 @@ def test_reading_another_image_or_a_window_stays_apart():
     assert ":reverse" not in dot and ":slice" not in dot
     for g, w in zip(exe(**feeds), want):
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5 * np.abs(w).max())
+
+
+def _conv_then_depthwise(batch, rng, cin=3, cout=16, size=16):
+    """3x3 convolution cin -> cout (its product already of the output's shape), bias,
+    ReLU6, then a 3x3 depthwise convolution of the same shape (a MobileNet stem)."""
+    xs = (batch, cin, size, size)
+    x = gc.placeholder(xs, name="x")
+    w1 = gc.constant(rng.standard_normal((cout, cin, 3, 3)).astype(np.float32) * 0.3)
+    b1 = gc.constant(rng.standard_normal(cout).astype(np.float32))
+    w2 = gc.constant(rng.standard_normal((cout, 1, 3, 3)).astype(np.float32))
+    h = gc.minimum(gc.maximum(_conv(x, w1) + b1.reshape((1, cout, 1, 1)), 0.0), 6.0)
+    return _conv(h, w2, groups=cout), {"x": rng.standard_normal(xs).astype(np.float32)}
+
+
+def test_depthwise_over_a_product_of_its_own_shape():
+    """The depthwise convolution reads the padded copy of a product that already has
+    its shape: both the padded copy and the window sum become layout nests of the
+    product's kernel (not a same-shape epilogue, which reads one element only)."""
+    with gc.Graph("stem"):
+        y, feeds = _conv_then_depthwise(4, np.random.default_rng(6))
+        exe = gc.compile(y, num_threads=2)
+        want = gc.evaluate(y, feeds)
+    dots = [g for g in _groups(exe) if "[dot]" in g]
+    assert len(dots) == 1 and dots[0].count(":window_view") == 2, _groups(exe)
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    with gc.Graph("stem"):
+        y1, _ = _conv_then_depthwise(4, np.random.default_rng(6))
+        single = gc.compile(y1, num_threads=1)
+    np.testing.assert_array_equal(single(**feeds), got)
+    exe._native.poison_arena = True
+    np.testing.assert_array_equal(exe(**feeds), got)
+
+
+def test_depthwise_over_a_product_of_its_own_shape_needs_work_for_each_thread():
+    """Batch 1 on 2 threads with 8 channels: the window sum stays a kernel of its own."""
+    with gc.Graph("stem1"):
+        y, feeds = _conv_then_depthwise(1, np.random.default_rng(7), cout=8)
+        exe = gc.compile(y, num_threads=2)
+        want = gc.evaluate(y, feeds)
+    assert _dot_group(exe).count(":window_view") == 1
+    np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def _blocks_recorded(monkeypatch, block_bytes):
+    """Compile with dots.CHANNEL_BLOCK_BYTES = block_bytes; the blocks chosen are kept."""
+    from graphc.codegen.cpu import dots
+    chosen = []
+    real = dots.channel_block
+
+    def spy(k, plan):
+        chosen.append(real(k, plan))
+        return chosen[-1]
+    monkeypatch.setattr(dots, "CHANNEL_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(dots, "channel_block", spy)
+    return chosen
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_channel_blocks_give_the_same_bits(monkeypatch, stride):
+    """The product and its layout nests run block of rows (channels) by block; every
+    element is computed as without blocks: the same bits for blocks of 8, 16 and none."""
+    results = {}
+    for block_bytes, rows in ((8 << 10, 8), (16 << 10, 16), (1 << 30, None)):
+        chosen = _blocks_recorded(monkeypatch, block_bytes)
+        with gc.Graph("blocks"):
+            y, feeds = _pointwise_then_depthwise(2, stride, np.random.default_rng(8),
+                                                 cin=8, cout=64, size=16)
+            exe = gc.compile(y, num_threads=2)
+            want = gc.evaluate(y, feeds)
+        assert chosen == [rows]
+        results[rows] = exe(**feeds)
+        np.testing.assert_allclose(results[rows], want, rtol=2e-5,
+                                   atol=2e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(results[8], results[None])
+    np.testing.assert_array_equal(results[16], results[None])
+
+
+def test_no_channel_blocks_when_a_layout_reads_other_rows(monkeypatch):
+    """A layout that reads the product's rows in reverse needs rows of other blocks:
+    the kernel runs it over the whole product (and stays right)."""
+    chosen = _blocks_recorded(monkeypatch, 8 << 10)
+    rng = np.random.default_rng(9)
+    with gc.Graph("reversed_rows"):
+        a = gc.placeholder((2, 64, 32), name="a")
+        b = gc.placeholder((2, 32, 512), name="b")
+        y = gc.transpose(bind("reverse", a @ b, dimensions=(1,)), (0, 2, 1)) * 2.0
+        exe = gc.compile(y, num_threads=2)
+        feeds = {"a": rng.standard_normal((2, 64, 32)).astype(np.float32),
+                 "b": rng.standard_normal((2, 32, 512)).astype(np.float32)}
+        want = gc.evaluate(y, feeds)
+    assert ":reverse" in _dot_group(exe)
+    assert chosen == []          # channel_vars refused: no block size asked for
+    np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())

@@ -642,9 +642,18 @@ def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int,
         raise Illegal("dot needs an output buffer")
     epilogue, fills, layouts = [], [], []
     laid_out: dict = {}                  # layout roots written so far: node id -> buffer
+    others = [r for r in roots if r is not dot]
     for r in sorted(roots, key=lambda n: n.id):
         if r is dot:
             epilogue += [Store(b, Acc(dot.dtype, 0), out_index) for b in dests(dot)[1:]]
+        elif buffer_of is not None and layout_epilogue(r, dot) and (
+                any(_reads(r, i, eb.members) for i in laid_out) or r.shape != dot.shape
+                and any(_reads(o, r.id, eb.members) for o in others if o is not r)):
+            # read back by a later root (the padded input of a depthwise convolution
+            # over the product), or reading such a root: written image by image
+            layouts += _layout_nests(dot, r, eb.members, buffer_of, dests, out_index[0],
+                                     laid_out)
+            laid_out[r.id] = dests(r)[0]
         elif r.shape == dot.shape:
             epilogue += [Store(b, eb.value(r, out_index), out_index) for b in dests(r)]
         elif padded_epilogue(r, dot):
@@ -661,6 +670,20 @@ def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int,
         else:
             raise Illegal("epilogue of another shape")
     return epilogue, fills, layouts
+
+
+def _reads(node: Node, target: int, members) -> bool:
+    """Whether node's value, computed through the group's members, reads node `target`."""
+    stack, seen = [node], set()
+    while stack:
+        n = stack.pop()
+        for i in n.inputs:
+            if i.id == target:
+                return True
+            if i.id in members and i.id not in seen:
+                seen.add(i.id)
+                stack.append(i)
+    return False
 
 
 def layout_epilogue(node: Node, dot: Node) -> bool:
@@ -697,6 +720,59 @@ def _layout_nests(dot: Node, root: Node, members, buffer_of, dests, batch_var,
             any(id(ld.buffer) in ours and ld.index[0] != batch_var for ld in loads):
         raise Illegal("a layout epilogue reads the product at its batch index")
     return [(vars_, Store(b, value, index)) for b in dests(root)]
+
+
+def channel_vars(k: DotKernel):
+    """For each layout nest of k, the loop variable that is its channel: the one that
+    indexes k.out's m axis (its only one) in each load of the product, and the same axis
+    of each earlier layout it reads. The nests then handle the product's rows
+    independently: a block of rows can go through all of them before the next block's
+    product is computed (its data still in the core's cache), and threads can share an
+    image by rows. None where some nest does not fit (no such variable, or another index
+    on a channel axis)."""
+    m = [v for v in k.m_vars if isinstance(v, ix.IVar)]
+    if len(m) != 1 or not k.layouts:
+        return None
+    axis = {k.out.id: list(k.out_index).index(m[0])}   # buffer id -> its channel axis
+    found = []
+    for vars_, store in k.layouts:
+        names = {v.name for v in vars_ if isinstance(v, ix.IVar)}
+        chans, seen = set(), set()
+
+        def walk(e):
+            if id(e) in seen or not isinstance(e, VExpr):
+                return
+            seen.add(id(e))
+            if isinstance(e, Load) and e.buffer.id in axis:
+                i = e.index[axis[e.buffer.id]]
+                chans.add(i.name if isinstance(i, ix.IVar) and i.name in names else None)
+            for f in ("args", "parts"):
+                for x in getattr(e, f, ()):
+                    walk(x)
+        walk(store.value)
+        if len(chans) != 1 or None in chans:
+            return None
+        chan = chans.pop()
+        at = [n for n, i in enumerate(store.index) if isinstance(i, ix.IVar) and i.name == chan]
+        used = [i for i in store.index if chan in ix.variables(i)]
+        if len(at) != 1 or len(used) != 1 or \
+                ix.extent_of(store.index[at[0]]) != ix.extent_of(m[0]):
+            return None
+        axis[store.buffer.id] = at[0]
+        found.append(chan)
+    return found
+
+
+LAYOUT_ROWS_MIN = 8     # rows of the product per thread where threads share an image
+
+
+def layout_rows_split(kern, threads: int) -> bool:
+    """Whether threads can share each image of a product with layout nests by its rows
+    (channels): the nests keep to the product's rows (K.channel_vars) and every thread
+    gets LAYOUT_ROWS_MIN of them (a MobileNet-style network at batch 1 on 2 threads)."""
+    ms = [v for v in kern.m_vars if isinstance(v, ix.IVar)]
+    return len(ms) == 1 and isinstance(ix.extent_of(ms[0]), int) and \
+        ix.extent_of(ms[0]) >= LAYOUT_ROWS_MIN * threads and channel_vars(kern) is not None
 
 
 def padded_epilogue(node: Node, dot: Node) -> bool:

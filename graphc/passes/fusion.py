@@ -21,6 +21,7 @@ import networkx as nx
 
 from graphc_runtime.dims import hint
 
+from ..kernels import index as ix
 from ..kernels import kernel as K
 from ..ir.graph import Node
 from ..ir.primitive import lookup
@@ -278,26 +279,37 @@ def _creates_cycle(graph: nx.DiGraph, a: int, b: int) -> bool:
 
 
 def _dummy_buffer(node: Node):
-    return K.Buffer(-1, node.shape, node.dtype, "temp")
+    """A stand-in for node's buffer in a probe kernel (ids apart, as real buffers')."""
+    return K.Buffer(-1 - node.id, node.shape, node.dtype, "temp")
 
 
-def try_kernel(kind: str, roots, members, anchor) -> bool:
-    """Can these roots and members be one kernel of `kind`?"""
+def probe_kernel(kind: str, roots, members, anchor):
+    """The kernel of `kind` these roots and members make (over stand-in buffers), or
+    None where they cannot be one."""
     dests = lambda n: [_dummy_buffer(n)]
     try:
         if kind == "loop":
-            K.build_loop("probe", roots, members, _dummy_buffer, dests)
-        elif kind == "row":
-            K.build_row("probe", roots, members, _dummy_buffer, dests)
-        elif kind == "dot":
-            K.build_dot("probe", anchor, roots, members, _dummy_buffer, dests)
-        elif kind == "conv":
-            K.build_conv("probe", anchor, roots, members, _dummy_buffer, dests)
-        else:
-            return False
+            return K.build_loop("probe", roots, members, _dummy_buffer, dests)
+        if kind == "row":
+            return K.build_row("probe", roots, members, _dummy_buffer, dests)
+        if kind == "dot":
+            return K.build_dot("probe", anchor, roots, members, _dummy_buffer, dests)
+        if kind == "conv":
+            return K.build_conv("probe", anchor, roots, members, _dummy_buffer, dests)
     except K.Illegal:
-        return False
-    return True
+        return None
+    return None
+
+
+def _threads_fit(kernel, threads: int) -> bool:
+    """A dot kernel with layout nests runs whole images per thread, or shares each image
+    between threads by rows where its nests allow (K.layout_rows_split)."""
+    if not isinstance(kernel, K.DotKernel) or not kernel.layouts or threads < 2:
+        return True
+    images = [v for v in kernel.batch_vars if isinstance(v, ix.IVar)]
+    if images and hint(ix.extent_of(images[0])) >= threads:
+        return True
+    return K.layout_rows_split(kernel, threads)
 
 
 def _merged_kind(a: Group, b: Group):
@@ -319,8 +331,7 @@ def _depth(members: dict) -> int:
     return max(depth.values(), default=0)
 
 
-def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False,
-                threads: int = 1) -> bool:
+def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False) -> bool:
     """Whether groups a and b can merge; `pads`: a dot's epilogue may also write a padded
     copy of its result (the CPU's dot kernels fill the border, K.padded_epilogue) or a
     rearranged one per image (_layout_fits)."""
@@ -339,9 +350,13 @@ def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False,
         anchor = a.anchor or b.anchor
         other = b if a.anchor is not None else a
         # the epilogue runs over the anchor's output: only elementwise, same shape (or,
-        # for a dot, that padded: the next convolution's input written in place)
-        return all(r.shape == anchor.shape or pads and kind == "dot" and
-                   (K.padded_epilogue(r, anchor) or _layout_fits(r, anchor, threads))
+        # for a dot, that padded: the next convolution's input written in place); a
+        # window over what the anchor's group writes (a depthwise convolution over its
+        # padded output) makes layout nests, run image by image
+        windowed = _windows_into(other, a if other is b else b)
+        return all(r.shape == anchor.shape and not windowed or pads and kind == "dot" and
+                   (not windowed and K.padded_epilogue(r, anchor) or
+                    _layout_fits(r, anchor))
                    for r in other.roots) and \
             (a.anchor is not None and a.kind in ("dot", "conv"))
     # row: every reduction over one domain; loop parts over that domain or its rows
@@ -354,20 +369,33 @@ def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False,
     return all(r.shape in (shape, kept) for g in (a, b) for r in g.roots)
 
 
+def _windows_into(g: Group, target: Group) -> bool:
+    """Whether a window_view of g reads a member of target (directly or reshaped in g)."""
+    for m in g.members.values():
+        if m.op != "window_view":
+            continue
+        x = m.inputs[0]
+        while x.op == "reshape" and x.id in g.members:
+            x = x.inputs[0]
+        if x.id in target.members:
+            return True
+    return False
+
+
 LAYOUT_PRODUCT_BYTES = 512 << 10    # one image's product, read back from the cache by a
 # layout epilogue (the CPU's dot kernels keep it in a scratch of that size)
 
 
-def _layout_fits(root: Node, dot: Node, threads: int) -> bool:
+def _layout_fits(root: Node, dot: Node) -> bool:
     """Whether the CPU's dot kernel should write `root` (the product rearranged, such as
     the phase planes a strided depthwise convolution reads) per image, right after that
-    image's product (K.layout_epilogue): the kernel is then split between threads by
-    images only, so there must be an image for each thread, and one image's product must
-    stay in the core's cache."""
+    image's product (K.layout_epilogue): one image's product must stay in the core's
+    cache. Threads then take whole images, or share an image by its rows where the
+    kernel's nests allow (_threads_fit, on the kernel built)."""
     if not K.layout_epilogue(root, dot):
         return False
     per_image = dot.nbytes // max(dot.shape[0], 1)
-    return dot.shape[0] >= threads and per_image <= LAYOUT_PRODUCT_BYTES
+    return per_image <= LAYOUT_PRODUCT_BYTES
 
 
 def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
@@ -386,7 +414,7 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
             if a.kind == "collective" or b.kind == "collective":
                 continue
             pc = graph.has_edge(a_id, b_id)
-            if not _compatible(a, b, pc, pads, threads):
+            if not _compatible(a, b, pc, pads):
                 continue
             if _creates_cycle(graph, a_id, b_id):
                 continue
@@ -397,7 +425,8 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
             members.update(b.members)
             roots = _needed_roots(roots, members, plan_, alive, a_id, b_id, program_roots,
                                   users, anchor)
-            if not try_kernel(kind, roots, members, anchor):
+            kernel = probe_kernel(kind, roots, members, anchor)
+            if kernel is None or not _threads_fit(kernel, threads):
                 continue
             merged = Group(a.id, kind, roots, members, anchor)
             plan_.groups = [merged if g.id == a.id else g for g in plan_.groups

@@ -6,6 +6,7 @@ import itertools
 import llvmlite.ir as ir
 
 from graphc_runtime.dims import Dim, Undecidable, hint
+from graphc_runtime.errors import CompileError
 from graphc_runtime.dims import prod as sym_prod
 
 from ...ir import dtypes
@@ -171,6 +172,37 @@ def _many(n) -> bool:
     return isinstance(n, Dim) or n > 1
 
 
+CHANNEL_BLOCK_BYTES = 64 << 10   # a block of the product's rows run through the layouts
+
+
+def channel_block(k: K.DotKernel, plan) -> int | None:
+    """Rows of the product per block (a divisor of M, a multiple of 8): about
+    CHANNEL_BLOCK_BYTES of it; None where one block would be all of it."""
+    M, N = plan["M"], plan["N"]
+    if not isinstance(M, int) or not isinstance(N, int):
+        return None
+    rows = max(8, CHANNEL_BLOCK_BYTES // (N * dtypes.itemsize(k.out.dtype)))
+    while rows < M and (M % rows or rows % 8):
+        rows += 1
+    return rows if rows < M else None
+
+
+def _blocks(b: ir.IRBuilder, total: int, size: int, body) -> None:
+    """body(lo) for lo = 0, size, 2 size, ... < total (a multiple of size)."""
+    pre = b.block
+    loop = b.append_basic_block("blk.body")
+    done = b.append_basic_block("blk.done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    lo = b.phi(I64, "blk")
+    lo.add_incoming(ir.Constant(I64, 0), pre)
+    body(lo)
+    nxt = b.add(lo, ir.Constant(I64, size))
+    lo.add_incoming(nxt, b.block)
+    b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, total)), loop, done)
+    b.position_at_end(done)
+
+
 class DotEmitter:
     """Emitter methods for DotKernel, ConvKernel and ScatterKernel."""
 
@@ -234,12 +266,18 @@ class DotEmitter:
             if k.fills:
                 self.loops(k.batch_vars + k.m_vars, lambda: self.dot_fills(k))
 
-    def layout_nests(self, k: K.DotKernel, scratch: "K.Buffer | None" = None) -> None:
+    def layout_nests(self, k: K.DotKernel, scratch: "K.Buffer | None" = None,
+                     channels=None) -> None:
         """k's layout nests (DotKernel.layouts) for the batch index bound now; their
-        loads of k.out read `scratch` (that index's product) when there is one."""
+        loads of k.out read `scratch` (that index's product) when there is one. With
+        `channels` (each nest's channel variable, see channel_vars) only the rows of the
+        product bound now (a block of its m variable) go through them."""
         if scratch is not None:
             self.redirect[k.out.id] = (scratch, len(k.batch_vars))
-        for vars_, store in k.layouts:     # padded borders: guards split off (interior)
+        m = [v.name for v in k.m_vars if isinstance(v, ix.IVar)]
+        for pos, (vars_, store) in enumerate(k.layouts):
+            if channels:
+                self.bounds[channels[pos]] = self.bounds[m[0]]
             buf = store.buffer
             kept = None if buf.id in self.redirect else self._layout_scratch(k, buf)
             if kept is not None:
@@ -264,6 +302,8 @@ class DotEmitter:
                 self.bound.discard(v.name)
                 del self.fixed[v.name]
             self.splits, self.jam = saved, None
+            if channels:
+                del self.bounds[channels[pos]]
         self.redirect = {}
 
     def _layout_scratch(self, k: K.DotKernel, buf: K.Buffer):
@@ -336,6 +376,7 @@ class DotEmitter:
                                                   else 1 for v in k.batch_vars])
                 c_off = b.mul(self.index(lin), c64(plan["M"] * plan["N"]))
             rows, cols = c64(plan["M"]), c64(plan["N"])
+            split_m = [v.name for v in real(k.m_vars) if v.name in self.bounds]
             if split_m:               # rows begin..end of C: of A's rows (or columns)
                 begin, end = self.bounds[split_m[0]]
                 rows = b.sub(end, begin)
@@ -377,15 +418,38 @@ class DotEmitter:
             self.cache = {}
             self.stores(k.epilogue)
 
-        def product():
-            # each batch index's epilogue right after its product, while that C is in
-            # the core's cache (a convolution's bias, residual sum and activation per
-            # image: 16 images of a thread's chunk overflow L2 before the epilogue)
+        # layout nests that keep to the product's rows (K.channel_vars) go over the rows
+        # computed: a thread's share of them (split along m), or block by block
+        channels = K.channel_vars(k) if not split_n else None
+        if k.layouts and (split_n or split_m and channels is None):
+            raise CompileError(f"layout nests of {k.name} need whole images per thread")
+        block = channel_block(k, plan) if channels and not split_m else None
+
+        def computed():
+            """The product's rows bound now (all, a thread's or a block), then what reads
+            them."""
             call()
             if k.epilogue:
                 self.loops(k.m_vars + k.n_vars, epilogue)
             self.dot_fills(k, m_bound=False)
-            self.layout_nests(k, scratch)
+            self.layout_nests(k, scratch, channels if block or split_m else None)
+
+        def product():
+            # each batch index's epilogue right after its product, while that C is in
+            # the core's cache (a convolution's bias, residual sum and activation per
+            # image: 16 images of a thread's chunk overflow L2 before the epilogue); with
+            # layout nests that keep to the product's rows (channel_vars), block by block
+            # of rows (a MobileNet-style pointwise product and its depthwise convolution
+            # over 16 of 64 channels at a time: batch 32 1.5-3% faster)
+            if block is None:
+                return computed()
+            m = real(k.m_vars)[0]
+
+            def rows(lo):
+                self.bounds[m.name] = (lo, b.add(lo, ir.Constant(I64, block)))
+                computed()
+                del self.bounds[m.name]
+            _blocks(b, plan["M"], block, rows)
         self.loops(k.batch_vars, product)
 
     def _product_scratch(self, k: K.DotKernel, plan):
