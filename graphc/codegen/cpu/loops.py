@@ -99,32 +99,40 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
         self.trivial = set()
         self._counted(v, high, end, vars_, body)
 
-    def _counted(self, v, begin, end, vars_, body) -> None:
-        """for v in [begin, end): the loops of vars_[1:] around body."""
+    def _loop(self, name: str, begin, step: int, more, body):
+        """for (i = begin; more(i); i += step) body(i); returns (i as the loop left it,
+        the branch back to its head)."""
         b = self.b
         pre = b.block
-        head = b.append_basic_block(f"{v.name}.head")
-        loop = b.append_basic_block(f"{v.name}.body")
-        done = b.append_basic_block(f"{v.name}.done")
+        head = b.append_basic_block(f"{name}.head")
+        loop = b.append_basic_block(f"{name}.body")
+        done = b.append_basic_block(f"{name}.done")
         b.branch(head)
         b.position_at_end(head)
-        i = b.phi(I64, v.name)
+        i = b.phi(I64, name)
         i.add_incoming(begin, pre)
-        b.cbranch(b.icmp_signed("<", i, end), loop, done)
+        b.cbranch(more(i), loop, done)
         b.position_at_end(loop)
-        self.env[v.name] = i
-        saved_cache = dict(self.cache)
-        self.bound.add(v.name)
-        self._nest(vars_[1:], body)
-        self.bound.discard(v.name)
-        self.cache = saved_cache
-        nxt = b.add(i, ir.Constant(I64, 1), flags=["nsw", "nuw"])
-        i.add_incoming(nxt, b.block)
+        body(i)
+        i.add_incoming(b.add(i, ir.Constant(I64, step), flags=["nsw", "nuw"]), b.block)
         back = b.branch(head)
+        b.position_at_end(done)
+        return i, back
+
+    def _counted(self, v, begin, end, vars_, body) -> None:
+        """for v in [begin, end): the loops of vars_[1:] around body."""
+        def inside(i):
+            self.env[v.name] = i
+            saved_cache = dict(self.cache)
+            self.bound.add(v.name)
+            self._nest(vars_[1:], body)
+            self.bound.discard(v.name)
+            self.cache = saved_cache
+        _, back = self._loop(v.name, begin, 1,
+                             lambda i: self.b.icmp_signed("<", i, end), inside)
         if _vectorizes_inside(vars_):
             back.set_metadata("llvm.loop", self.mb.loop_metadata("llvm.loop.vectorize.enable",
                                                                  ir.Constant(ir.IntType(1), 0)))
-        b.position_at_end(done)
 
     def _jammed(self, v, begin, end, inner, stores):
         """for v in [begin, end) in steps of JAM while JAM rows are left: the innermost
@@ -132,20 +140,8 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
         before any is stored (loads of a row shared between copies become one). Returns
         where it stopped: the rows left go through the plain loop."""
         b = self.b
-        pre = b.block
-        head = b.append_basic_block(f"{v.name}.jam.head")
-        loop = b.append_basic_block(f"{v.name}.jam.body")
-        done = b.append_basic_block(f"{v.name}.jam.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, f"{v.name}.jam")
-        i.add_incoming(begin, pre)
-        nxt = b.add(i, ir.Constant(I64, JAM), flags=["nsw"])
-        b.cbranch(b.icmp_signed("<=", nxt, end), loop, done)
-        b.position_at_end(loop)
-        self.bound.add(v.name)
 
-        def rows():
+        def rows(i):
             values = []
             for u in range(JAM):
                 self.env[v.name] = b.add(i, ir.Constant(I64, u), flags=["nsw", "nuw"])
@@ -158,13 +154,15 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
                 for s, value in zip(stores, values[u]):
                     self.store(s.buffer, s.index, value)
                 self.cache = saved
-        saved_cache = dict(self.cache)
-        self._nest([inner], rows)
-        self.cache = saved_cache
-        self.bound.discard(v.name)
-        i.add_incoming(nxt, b.block)
-        b.branch(head)
-        b.position_at_end(done)
+
+        def inside(i):
+            self.bound.add(v.name)
+            saved_cache = dict(self.cache)
+            self._nest([inner], lambda: rows(i))
+            self.cache = saved_cache
+            self.bound.discard(v.name)
+        i, _ = self._loop(f"{v.name}.jam", begin, JAM, lambda i: b.icmp_signed(
+            "<=", b.add(i, ir.Constant(I64, JAM), flags=["nsw"]), end), inside)
         return i
 
     def _unswitch(self, choice: K.Choose, vars_, body) -> None:
