@@ -94,7 +94,8 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
 
     _check_symbols(optimized, input_nodes, loc)
     t0 = time.perf_counter()
-    lowered = lower(optimized, plan, input_nodes)
+    lowered = lower(optimized, plan, input_nodes,
+                    cpu_codegen.scratch_buffers if kind == "cpu" else None)
     seconds["schedule_and_memory"] = time.perf_counter() - t0
 
     if kind == "cuda":

@@ -273,3 +273,29 @@ def test_no_channel_blocks_when_a_layout_reads_other_rows(monkeypatch):
     assert ":reverse" in _dot_group(exe)
     assert chosen == []          # channel_vars refused: no block size asked for
     np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_kernel_scratch_takes_no_arena_room(monkeypatch):
+    """Buffers a kernel keeps in its own scratch (the private product, the private
+    padded copy or phase planes) get no room in the arena: the same bits with a
+    smaller arena than when the memory plan counts them."""
+    from graphc import compiler
+
+    def build():
+        return _pointwise_then_depthwise(4, 2, np.random.default_rng(11), cin=16, cout=32,
+                                         size=16)
+    with gc.Graph("arena"):
+        y, feeds = build()
+        exe = gc.compile(y, num_threads=2)
+        want = gc.evaluate(y, feeds)
+    monkeypatch.setattr(compiler.cpu_codegen, "scratch_buffers", lambda k: set())
+    with gc.Graph("arena"):
+        y2, _ = build()
+        counted = gc.compile(y2, num_threads=2)
+    product = 4 * 32 * 16 * 16 * 4          # the pointwise product, batch 4, float32
+    assert exe._native.arena_bytes + product <= counted._native.arena_bytes
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(counted(**feeds), got)
+    exe._native.poison_arena = True
+    np.testing.assert_array_equal(exe(**feeds), got)

@@ -53,7 +53,8 @@ def _leader_axes(leader, v) -> dict | None:
 def _overlap(a, b, offsets) -> bool:
     if a.id == b.id:
         return True
-    if a.kind != "temp" or b.kind != "temp" or offsets is None:
+    if a.kind != "temp" or b.kind != "temp" or offsets is None or \
+            a.id not in offsets or b.id not in offsets:   # no arena room: a kernel's scratch
         return False
     try:
         return offsets[a.id] < offsets[b.id] + b.nbytes and \

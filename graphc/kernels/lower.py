@@ -46,7 +46,12 @@ def _reads(group: Group, node: Node) -> bool:
                if i.id not in group.members)
 
 
-def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowered:
+def lower(program: Program, plan: FusionPlan, input_order: list[Node],
+          scratch_of=None) -> Lowered:
+    """The program's kernels, in order, and its memory plan. `scratch_of(kernel)`: the
+    ids of the kernel's temporary buffers the backend keeps in a scratch of the
+    kernel's own (the CPU's private products and layout copies); they get no room in
+    the arena."""
     graph = program.graph
     nodes = program.live_nodes()
     ids = iter(range(1, 1 << 30))
@@ -251,9 +256,14 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node]) -> Lowere
                 if buf.kind == "temp" and buf.id in last:
                     last[buf.id] = max(last[buf.id], t + 1)
                     shielded.add(buf.id)
+    kept = set().union(*(scratch_of(k) for k in kernels)) if scratch_of else set()
+    for b in kept:
+        first.pop(b, None)
+        last.pop(b, None)
     for b in first:
         sizes[b] = buffers[b].nbytes
-    pairs = [(a, o) for a, o in _in_place_pairs(kernels, last) if a not in shielded]
+    pairs = [(a, o) for a, o in _in_place_pairs(kernels, last)
+             if a not in shielded and a not in kept and o not in kept]
     mem = memory.plan_memory(sizes, first, last, pairs)
     slots = {}
     slot = 1

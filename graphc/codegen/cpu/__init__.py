@@ -7,6 +7,7 @@ innermost dimension is contiguous, so LLVM's loop vectorizer can widen them.
 float16/bfloat16 are storage types (math in float32, rounded after each operation, as the
 reference does); bool is stored as one byte.
 """
+from .dots import scratch_buffers
 from .loops import Emitter
 from .module import ModuleBuilder, NativeModule, _aliased_buffers, chain_plan, emit_module
 from .parallel import _extent, split_var, strided_loop
@@ -14,4 +15,4 @@ from .types import COMPUTE, F16, F32, F64, I1, I8, I16, I32, I64, STORAGE, VOID
 
 __all__ = ["COMPUTE", "F16", "F32", "F64", "I1", "I8", "I16", "I32", "I64", "STORAGE",
            "VOID", "Emitter", "ModuleBuilder", "NativeModule", "_aliased_buffers", "_extent",
-           "chain_plan", "emit_module", "split_var", "strided_loop"]
+           "chain_plan", "emit_module", "scratch_buffers", "split_var", "strided_loop"]

@@ -43,7 +43,7 @@ class ControlBuilder:
                                        f"body are not supported")
                 functions[role] = self._segment(
                     f"{kern.name}_{role}", segments[0], lambda buf, low=low: low.slots[buf.id],
-                    lambda buf, low=low: low.memory.offsets[buf.id],
+                    lambda buf, low=low: low.memory.offsets.get(buf.id),
                     dims_slot=1 + len(low.slots))
         finally:
             self.profiling = saved

@@ -172,6 +172,43 @@ def _many(n) -> bool:
     return isinstance(n, Dim) or n > 1
 
 
+def product_scratch_shape(k: K.DotKernel, plan) -> tuple | None:
+    """The shape of one batch index's product where the CPU keeps it in a scratch of the
+    kernel's: only k reads it (k.private_out), graphc's own kernels compute it (`plan`,
+    the kernel's blas_plan or winograd_plan), it is static and at most SCRATCH_BYTES.
+    None otherwise."""
+    if not (k.private_out and plan is not None and plan.get("own") and
+            (k.epilogue or k.layouts)):
+        return None
+    shape = tuple(ix.extent_of(v) if isinstance(v, ix.IVar) else 1
+                  for v in k.m_vars + k.n_vars)
+    if not all(isinstance(n, int) for n in shape) or \
+            sym_prod(shape) * dtypes.itemsize(k.out.dtype) > SCRATCH_BYTES:
+        return None
+    return shape
+
+
+def layout_in_scratch(k: K.DotKernel, buf: K.Buffer) -> bool:
+    """Whether the CPU keeps layout buffer `buf` of k one index of its first axis at a
+    time in a scratch of the kernel's: only k's later nests read it (k.private_layouts)
+    and one index of it is at most SCRATCH_BYTES (a depthwise convolution's padded
+    input, written and read in the core's cache)."""
+    return buf.id in k.private_layouts and \
+        buf.nbytes // max(buf.shape[0], 1) <= SCRATCH_BYTES
+
+
+def scratch_buffers(k) -> set:
+    """Ids of k's temporary buffers the CPU keeps in the kernel's own scratch, a batch
+    index at a time (product_scratch_shape, layout_in_scratch): they need no room in
+    the arena (kernels/lower.py leaves them out of the memory plan)."""
+    if not isinstance(k, K.DotKernel):
+        return set()
+    kept = {st.buffer.id for _, st in k.layouts if layout_in_scratch(k, st.buffer)}
+    if product_scratch_shape(k, blas_plan(k)) is not None:
+        kept.add(k.out.id)
+    return kept
+
+
 CHANNEL_BLOCK_BYTES = 64 << 10   # a block of the product's rows run through the layouts
 
 
@@ -308,12 +345,9 @@ class DotEmitter:
         self.redirect = {}
 
     def _layout_scratch(self, k: K.DotKernel, buf: K.Buffer):
-        """A buffer for one index of a layout buffer's first axis where only k's later
-        nests read it (k.private_layouts) and it is at most SCRATCH_BYTES (a depthwise
-        convolution's padded input, written and read in the core's cache). None
-        otherwise."""
-        if buf.id not in k.private_layouts or \
-                buf.nbytes // max(buf.shape[0], 1) > SCRATCH_BYTES:
+        """A buffer for one index of a layout buffer's first axis where it stays in the
+        kernel (layout_in_scratch). None otherwise."""
+        if not layout_in_scratch(k, buf):
             return None
         return self._stack_buffer(buf, tuple(buf.shape[1:]))
 
@@ -459,14 +493,8 @@ class DotEmitter:
         (k.private_out, graphc's own kernels, static and at most SCRATCH_BYTES): each
         image's C is then written and read in the core's cache, never sent to memory
         (a 32 x 32 x 32 convolution's output: 4 MB a call at batch 32). None otherwise."""
-        if not (k.private_out and plan.get("own") and (k.epilogue or k.layouts)):
-            return None
-        shape = tuple(ix.extent_of(v) if isinstance(v, ix.IVar) else 1
-                      for v in k.m_vars + k.n_vars)
-        if not all(isinstance(n, int) for n in shape) or \
-                sym_prod(shape) * dtypes.itemsize(k.out.dtype) > SCRATCH_BYTES:
-            return None
-        return self._stack_buffer(k.out, shape)
+        shape = product_scratch_shape(k, plan)
+        return None if shape is None else self._stack_buffer(k.out, shape)
 
     def conv(self, k: K.ConvKernel) -> None:
         b = self.b

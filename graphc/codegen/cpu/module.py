@@ -256,6 +256,11 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         def pointer(buf: K.Buffer):
             if buf.id in cache:
                 return cache[buf.id]
+            if buf.kind == "temp" and arena_offset_of(buf) is None:
+                # kept in the kernel's own scratch (dots.scratch_buffers): never read
+                # or written through this pointer
+                cache[buf.id] = ir.Constant(ir.PointerType(STORAGE[buf.dtype]), None)
+                return cache[buf.id]
             if buf.kind == "temp":
                 raw = b.gep(arena, [emit_dim(b, arena_offset_of(buf), values)])
             else:
@@ -392,7 +397,7 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
             segments[-1].append(mb.kernels[-1])
         return segments
     segments = emit_schedule(lowered)
-    mb.add_main(segments, lambda buf: lowered.slots[buf.id], lambda buf: offsets[buf.id])
+    mb.add_main(segments, lambda buf: lowered.slots[buf.id], lambda buf: offsets.get(buf.id))
     external = sorted((lowered.slots[b.id], b) for b in lowered.buffers.values()
                       if b.id in lowered.slots)
     input_bytes = [b.nbytes for _, b in external if b.kind == "input"]
@@ -421,13 +426,14 @@ def chain_plan(kernels, threads: int, offsets) -> dict:
 
 
 def _aliased_buffers(kern, offsets) -> set:
-    """Temp buffers of this kernel whose arena ranges overlap another one of its buffers."""
+    """Temp buffers of this kernel whose arena ranges overlap another one of its buffers
+    (those kept in a kernel's scratch have none)."""
     bufs = {}
     for ld in K.kernel_loads(kern):
         bufs[ld.buffer.id] = ld.buffer
     for st in K.kernel_stores(kern):
         bufs[st.buffer.id] = st.buffer
-    temps = [b for b in bufs.values() if b.kind == "temp"]
+    temps = [b for b in bufs.values() if b.kind == "temp" and b.id in offsets]
     out = set()
     for i, a in enumerate(temps):
         for c in temps[i + 1:]:
