@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from graphc_runtime.dims import Dim
+from graphc_runtime.dims import Dim, hint
 from graphc_runtime.dims import prod as sym_prod
 from graphc_runtime.errors import CompileError
 
@@ -737,19 +737,9 @@ def channel_vars(k: DotKernel):
     found = []
     for vars_, store in k.layouts:
         names = {v.name for v in vars_ if isinstance(v, ix.IVar)}
-        chans, seen = set(), set()
-
-        def walk(e):
-            if id(e) in seen or not isinstance(e, VExpr):
-                return
-            seen.add(id(e))
-            if isinstance(e, Load) and e.buffer.id in axis:
-                i = e.index[axis[e.buffer.id]]
-                chans.add(i.name if isinstance(i, ix.IVar) and i.name in names else None)
-            for f in ("args", "parts"):
-                for x in getattr(e, f, ()):
-                    walk(x)
-        walk(store.value)
+        chans = {i.name if isinstance(i, ix.IVar) and i.name in names else None
+                 for i in (ld.index[axis[ld.buffer.id]] for ld in loads_of([store.value])
+                           if ld.buffer.id in axis)}
         if len(chans) != 1 or None in chans:
             return None
         chan = chans.pop()
@@ -773,6 +763,18 @@ def layout_rows_split(kern, threads: int) -> bool:
     ms = [v for v in kern.m_vars if isinstance(v, ix.IVar)]
     return len(ms) == 1 and isinstance(ix.extent_of(ms[0]), int) and \
         ix.extent_of(ms[0]) >= LAYOUT_ROWS_MIN * threads and channel_vars(kern) is not None
+
+
+def layout_split(kern, threads: int):
+    """The variable threads share a dot kernel with layout nests by: its images where
+    there is one for each thread, else the product's rows where layout_rows_split
+    allows, else None (one thread runs it)."""
+    images = [v for v in kern.batch_vars if isinstance(v, ix.IVar)]
+    if images and hint(ix.extent_of(images[0])) >= threads:
+        return images[0]
+    if layout_rows_split(kern, threads):
+        return [v for v in kern.m_vars if isinstance(v, ix.IVar)][0]
+    return None
 
 
 def padded_epilogue(node: Node, dot: Node) -> bool:

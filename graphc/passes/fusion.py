@@ -21,7 +21,6 @@ import networkx as nx
 
 from graphc_runtime.dims import hint
 
-from ..kernels import index as ix
 from ..kernels import kernel as K
 from ..ir.graph import Node
 from ..ir.primitive import lookup
@@ -303,13 +302,10 @@ def probe_kernel(kind: str, roots, members, anchor):
 
 def _threads_fit(kernel, threads: int) -> bool:
     """A dot kernel with layout nests runs whole images per thread, or shares each image
-    between threads by rows where its nests allow (K.layout_rows_split)."""
+    between threads by rows where its nests allow (K.layout_split)."""
     if not isinstance(kernel, K.DotKernel) or not kernel.layouts or threads < 2:
         return True
-    images = [v for v in kernel.batch_vars if isinstance(v, ix.IVar)]
-    if images and hint(ix.extent_of(images[0])) >= threads:
-        return True
-    return K.layout_rows_split(kernel, threads)
+    return K.layout_split(kernel, threads) is not None
 
 
 def _merged_kind(a: Group, b: Group):

@@ -224,22 +224,6 @@ def channel_block(k: K.DotKernel, plan) -> int | None:
     return rows if rows < M else None
 
 
-def _blocks(b: ir.IRBuilder, total: int, size: int, body) -> None:
-    """body(lo) for lo = 0, size, 2 size, ... < total (a multiple of size)."""
-    pre = b.block
-    loop = b.append_basic_block("blk.body")
-    done = b.append_basic_block("blk.done")
-    b.branch(loop)
-    b.position_at_end(loop)
-    lo = b.phi(I64, "blk")
-    lo.add_incoming(ir.Constant(I64, 0), pre)
-    body(lo)
-    nxt = b.add(lo, ir.Constant(I64, size))
-    lo.add_incoming(nxt, b.block)
-    b.cbranch(b.icmp_signed("<", nxt, ir.Constant(I64, total)), loop, done)
-    b.position_at_end(done)
-
-
 class DotEmitter:
     """Emitter methods for DotKernel, ConvKernel and ScatterKernel."""
 
@@ -411,6 +395,7 @@ class DotEmitter:
                                                   else 1 for v in k.batch_vars])
                 c_off = b.mul(self.index(lin), c64(plan["M"] * plan["N"]))
             rows, cols = c64(plan["M"]), c64(plan["N"])
+            # bound now: a thread's share, or a block of rows (product() sets it)
             split_m = [v.name for v in real(k.m_vars) if v.name in self.bounds]
             if split_m:               # rows begin..end of C: of A's rows (or columns)
                 begin, end = self.bounds[split_m[0]]
@@ -485,7 +470,8 @@ class DotEmitter:
                 self.bounds[m.name] = (lo, b.add(lo, ir.Constant(I64, block)))
                 computed()
                 del self.bounds[m.name]
-            _blocks(b, plan["M"], block, rows)
+            self._loop("blk", c64(0), block, lambda lo: b.icmp_signed("<", lo, c64(plan["M"])),
+                       rows)
         self.loops(k.batch_vars, product)
 
     def _product_scratch(self, k: K.DotKernel, plan):

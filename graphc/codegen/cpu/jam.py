@@ -24,22 +24,11 @@ def jam_variable(stores, vars_) -> str | None:
     extent = ix.extent_of(row)
     if not isinstance(extent, int) or extent < JAM:
         return None
+    exprs = K.value_exprs([s.value for s in stores])
+    if any(isinstance(e, (K.Choose, K.Acc, K.RngValue)) for e in exprs):
+        return None                      # not plain loads: leave the loops as they are
     counts: dict = {}
-    seen: set = set()
-
-    def walk(e):
-        if id(e) in seen or not isinstance(e, K.VExpr):
-            return
-        seen.add(id(e))
+    for e in exprs:
         if isinstance(e, K.Load) and any(row.name in ix.variables(i) for i in e.index):
             counts[e.buffer.id] = counts.get(e.buffer.id, 0) + 1
-        if isinstance(e, (K.Choose, K.Acc, K.RngValue)):
-            counts[None] = JAM_MIN_LOADS      # not plain loads: leave the loops as they are
-        for f in ("args", "parts"):
-            for x in getattr(e, f, ()):
-                walk(x)
-    for s in stores:
-        walk(s.value)
-    if counts.get(None) or max(counts.values(), default=0) < JAM_MIN_LOADS:
-        return None
-    return row.name
+    return row.name if max(counts.values(), default=0) >= JAM_MIN_LOADS else None

@@ -142,16 +142,17 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
         b = self.b
 
         def rows(i):
+            at = [b.add(i, ir.Constant(I64, u), flags=["nsw", "nuw"]) for u in range(JAM)]
             values = []
-            for u in range(JAM):
-                self.env[v.name] = b.add(i, ir.Constant(I64, u), flags=["nsw", "nuw"])
+            for row in at:
+                self.env[v.name] = row
                 saved = dict(self.cache)
                 values.append([self.value(s.value) for s in stores])
                 self.cache = saved
-            for u in range(JAM):
-                self.env[v.name] = b.add(i, ir.Constant(I64, u), flags=["nsw", "nuw"])
+            for row, vals in zip(at, values):
+                self.env[v.name] = row
                 saved = dict(self.cache)
-                for s, value in zip(stores, values[u]):
+                for s, value in zip(stores, vals):
                     self.store(s.buffer, s.index, value)
                 self.cache = saved
 

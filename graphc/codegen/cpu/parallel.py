@@ -279,9 +279,7 @@ def _blas_split(kern, threads: int):
     # thread gets a column tail narrower than a vector (1.5x on a 16 x 17 output grid)
     images = real(kern.batch_vars)
     if kern.layouts:       # a layout nest reads a whole image's product, or its rows
-        if images and hint(ix.extent_of(images[0])) >= threads:
-            return images[0]
-        return ms[0] if K.layout_rows_split(kern, threads) else None
+        return K.layout_split(kern, threads)
     if plan["own"] == "winograd":      # whole images, else blocks of output rows
         if images and hint(ix.extent_of(images[0])) >= threads:
             return images[0]
