@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-lowest bench clean
+.PHONY: demo test test-slow test-lowest bench clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -17,6 +17,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest tests
+
+# the long randomized runs (2,000+ random programs with control flow and gradients)
+test-slow: $(STAMP)
+	$(PY) -m pytest tests -m slow
 
 # the dependency range's low end: the oldest numpy/llvmlite/... pyproject accepts
 # (.ci/lowest.txt), then numba 0.65 beside graphc (it pins llvmlite 0.47, LLVM 20):

@@ -123,8 +123,13 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
 
 
 def log_softmax(x, axis: int = -1) -> Tensor:
+    """(x - max) - log(sum(exp(x - max))): the shift is taken off first, so a row of
+    large values keeps its small differences (x - logsumexp(x) would round them away)."""
     x = _as(x)
-    return x - logsumexp(x, axis, keepdims=True)
+    axes = reduction_axes(x, axis, "log_softmax")
+    m = max(x, axes, keepdims=True)
+    shifted = x - where(isfinite(m), m, 0.0)
+    return shifted - log(sum(exp(shifted), axes, keepdims=True))
 
 
 def softmax(x, axis: int = -1) -> Tensor:

@@ -528,6 +528,17 @@ def _walk(e, out: dict):
             _walk(a, out)
 
 
+def _walk_computed(e, out: dict):
+    """id -> expr for every value a row's stage computes on every path: a concatenate
+    choice's parts are computed only in the branch taken, so they are not entered."""
+    if id(e) in out:
+        return
+    out[id(e)] = e
+    if isinstance(e, Prim):
+        for a in e.args:
+            _walk_computed(a, out)
+
+
 def value_exprs(exprs) -> list:
     """Every distinct value expression under `exprs` (operands of primitives and the
     parts of concatenate choices; indices not entered)."""
@@ -559,7 +570,7 @@ def _stash_candidates(stages, full_stores, red_shape) -> list:
     chosen, taken, memo = [], set(), {}
     for k in range(len(stages) - 1, -1, -1):
         here: dict = {}
-        _walk(stages[k].value, here)
+        _walk_computed(stages[k].value, here)
         later: dict = {}
         for e in later_exprs:
             _walk(e, later)

@@ -197,7 +197,17 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node],
     old_readers = {}       # variable name -> schedule keys that read its old value
     for name, vnode in var_nodes.items():
         old_readers[name] = [("g", g.id) for g in groups if _reads(g, vnode)]
+    # a loop's, cond's or collective's kernel writes a result to one buffer: where the
+    # result has several destinations (one value returned twice), the rest are copies
     staged_by = {}
+    for g in groups:
+        if g.kind not in ("control", "collective"):
+            continue
+        for r in g.roots:
+            first, *rest = dests.get(r.id, [None])
+            for j, d in enumerate(rest):
+                staged_by[first.id] = ("g", g.id)
+                copies.append((f"copy{r.id}_{j + 1}", first, d))
     for k, (name, src, dst) in enumerate(copies):
         key = ("c", k)
         vars_ = K.loop_vars(dst.shape)

@@ -21,16 +21,19 @@ class ReductionEmitter:
             size *= n
         lin_all = ix.linearize(k.reduced_vars, k.reduced_shape)
         scratch = {}
+        exprs = {}
         for st, e in k.stashed:
             ty = self._expr_type(e)
             with b.goto_entry_block():
                 scratch[id(e)] = (st, b.alloca(ty, size=ir.Constant(I64, size)))
+            exprs[id(e)] = e
         self.stash = {}
         self.row_lin = lin_all
         for stage, red in enumerate(k.reductions):
             for e in k.row_values[stage]:      # once per row, before the stage's loop
                 self.value(e)
             mine = [(i, ptr) for i, (st, ptr) in scratch.items() if st == stage]
+            mine_exprs = [exprs[i] for i, _ in mine]
             acc_ty = COMPUTE[red.acc_dtype]
             acc = self._alloca(acc_ty)
             b.store(self._identity(red.kind, red.acc_dtype), acc)
@@ -39,10 +42,12 @@ class ReductionEmitter:
                 b.store(ir.Constant(I64, 0), idx)
             lin = ix.linearize(k.reduced_vars, k.reduced_shape)
 
-            def body(red=red, acc=acc, idx=idx, lin=lin, mine=mine):
+            def body(red=red, acc=acc, idx=idx, lin=lin, mine=mine, mine_exprs=mine_exprs):
                 v = self.convert_value(self.value(red.value), red.value.dtype, red.acc_dtype)
-                for i, ptr in mine:
-                    b.store(self.cache[("v", i)][0], b.gep(ptr, [self.index(lin_all)]))
+                # a value to keep is usually computed by the stage's value already; not
+                # where it lies under a value an earlier stage kept (loaded, not computed)
+                for (i, ptr), e in zip(mine, mine_exprs):
+                    b.store(self.value(e), b.gep(ptr, [self.index(lin_all)]))
                 cur = b.load(acc)
                 if idx is None:
                     b.store(self._combine(red.kind, red.acc_dtype, cur, v), acc)

@@ -235,14 +235,16 @@ class ValueEmitter:
         x = args[0]
         y = args[1] if len(args) > 1 else None
         one = ir.Constant(ty, 1.0)
-        # `contract`: a product feeding a sum may become one fused multiply-add (one
-        # rounding instead of two), as C compilers and XLA do by default
+        # no `contract`: a node has one value in a program. Fusion may recompute an
+        # elementwise node in several loops or kernels; were a product allowed to fuse
+        # into the sum that reads it in one place and not another, the copies would
+        # differ (softmax's x - max(x) would not be 0 at the maximum)
         if op == "add":
-            return b.fadd(x, y, flags=("contract",))
+            return b.fadd(x, y)
         if op == "sub":
-            return b.fsub(x, y, flags=("contract",))
+            return b.fsub(x, y)
         if op == "mul":
-            return b.fmul(x, y, flags=("contract",))
+            return b.fmul(x, y)
         if op == "div":
             return b.fdiv(x, y)
         if op == "rem":
