@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 import threading
 
-from . import openmp
+from . import forks, openmp
 from .errors import CompileError
 
 SYMBOLS = {"graphc_sgemm": "scipy_cblas_sgemm", "graphc_dgemm": "scipy_cblas_dgemm"}
 _lock = threading.Lock()
+forks.guard_module_lock(sys.modules[__name__], "_lock")
 _lib = None
 
 

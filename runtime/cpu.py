@@ -13,7 +13,7 @@ import weakref
 
 import numpy as np
 
-from . import blas, collectives, dims, openmp
+from . import blas, collectives, dims, forks, openmp
 from .dtypes import NUMPY, type_str
 from .errors import CompileError, FeedError
 from .feeds import bind_inputs, bind_symbols, check_array, sizes
@@ -23,6 +23,9 @@ ENTRY_ABI = 2     # graphc_entry returns i32: 0 after a run, k+1 if input k over
                   # contract it has in its `graphc_entry_abi` global
 _llvm_ready = False
 _llvm_lock = threading.Lock()
+
+
+forks.guard_module_lock(sys.modules[__name__], "_llvm_lock")
 
 
 def llvm():
@@ -193,6 +196,7 @@ class CpuProgram:
         self.poison_arena = False
         self.last_sizes: dict = {}         # the symbols' sizes at the last call
         self.lock = threading.Lock()
+        forks.guard(self)                  # the lock is free again in a forked child
         n = 1 + len(signature.inputs) + len(signature.outputs) + len(signature.variables) + \
             len(self.constants) + (1 if signature.symbols else 0)
         self._table = (ctypes.c_void_p * n)()

@@ -11,7 +11,7 @@ import threading
 
 import numpy as np
 
-from . import dims
+from . import dims, forks
 from .cuda_context import _driver, context
 from .device_array import DeviceArray
 from .dtypes import NUMPY, type_str
@@ -38,6 +38,7 @@ class CudaProgram:
         self._outputs = [(s, NUMPY[d]) for _, s, d in signature.outputs]
         self._state = None
         self.lock = threading.Lock()
+        forks.guard(self)
 
     # -- device state, created on first use ---------------------------------------------
     def _ready(self):
