@@ -89,11 +89,11 @@ def _python_target(spec: str, **compile_options):
 class Target:
     """An artifact or a compiled Python target, seen through one interface."""
 
-    def __init__(self, path: str, **compile_options):
+    def __init__(self, path: str, key=None, **compile_options):
         self.path = path
         if _is_artifact(path):
             import graphc_runtime
-            self.model = graphc_runtime.load(path)
+            self.model = graphc_runtime.load(path, key=key)
             self.exe = None
         else:
             self.exe = _python_target(path, **compile_options)
@@ -136,13 +136,13 @@ def cmd_dump(args) -> int:
             with open(os.path.join(d, match[0])) as f:
                 sys.stdout.write(f.read())
         return 0
-    sys.stdout.write(Target(args.path).dump(args.stage).rstrip("\n") + "\n")
+    sys.stdout.write(Target(args.path, key=_key(args)).dump(args.stage).rstrip("\n") + "\n")
     return 0
 
 
 def cmd_viz(args) -> int:
     from . import viz
-    target = Target(args.path)
+    target = Target(args.path, key=_key(args))
     graph_json, fusion, memory, manifest = target.parts()
     out = args.output
     ext = os.path.splitext(out)[1].lower()
@@ -183,10 +183,25 @@ def _write(path, text):
         f.write(text)
 
 
+def _key(args):
+    """The signing key's bytes from --key FILE (None without it)."""
+    path = getattr(args, "key", None)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise CliError(f"cannot read the key file {path}: {e.strerror}") from None
+
+
 def cmd_info(args) -> int:
-    _, fusion, memory, manifest = Target(args.path).parts()
+    _, fusion, memory, manifest = Target(args.path, key=_key(args)).parts()
     sig = manifest["signature"]
     lines = [f"graph: {manifest.get('graph_name', '?')}",
+             "signed: " + ("yes, verified with the key" if manifest.get("signed") and
+                           _key(args) else "yes (no key given to verify it)"
+                           if manifest.get("signed") else "no"),
              f"target: {manifest['target'].get('triple')} ({manifest['target'].get('cpu')})",
              f"graphc version: {manifest.get('graphc_version')}", "inputs:"]
     lines += [f"  {n}: {d}{_shape_text(s)}" for n, s, d in sig["inputs"]] or ["  (none)"]
@@ -226,7 +241,7 @@ def _feeds(items) -> dict:
 
 def cmd_profile(args) -> int:
     import graphc_runtime
-    model = graphc_runtime.load(args.artifact)
+    model = graphc_runtime.load(args.artifact, key=_key(args))
     report = model.profile(args.repeat, **_feeds(args.input))
     print(report.table())
     if args.output:
@@ -238,7 +253,7 @@ def cmd_profile(args) -> int:
 
 def cmd_run(args) -> int:
     import graphc_runtime
-    model = graphc_runtime.load(args.artifact)
+    model = graphc_runtime.load(args.artifact, key=_key(args))
     feeds = _feeds(args.input)
     result = model(**feeds)
     flat = _flatten(result)
@@ -265,7 +280,7 @@ def _flatten(result, prefix="out"):
 
 def cmd_compile(args) -> int:
     exe = _python_target(args.target)
-    exe.save(args.output)
+    exe.save(args.output, key=_key(args))
     print(f"wrote {args.output} ({exe.stats['kernels']} kernels, arena "
           f"{exe.stats['arena_bytes']} bytes)")
     return 0
@@ -275,7 +290,7 @@ def cmd_import(args) -> int:
     if not os.path.isfile(args.model):
         raise CliError(f"no such file: {args.model}")
     exe = _onnx_target(args.model, input_shapes=_shapes(args.input_shape))
-    exe.save(args.output)
+    exe.save(args.output, key=_key(args))
     sig = exe.manifest()["signature"]
     print(f"wrote {args.output}: inputs "
           f"{', '.join(f'{n} {d}{_shape_text(s)}' for n, s, d in sig['inputs'])}; "
@@ -305,35 +320,42 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("path", help="artifact (.gcx) or file.py:attribute")
     d.add_argument("--stage", choices=STAGES, default="optimized")
     d.add_argument("--pass", dest="pass_name", help="print the graph after this pass")
+    d.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
     d.set_defaults(fn=cmd_dump)
     v = sub.add_parser("viz", help="draw the fused graph or the memory plan")
     v.add_argument("path")
     v.add_argument("-o", "--output", required=True, help="out.dot, .svg, .png or .html")
     v.add_argument("--memory", action="store_true", help="draw the memory plan instead")
+    v.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
     v.set_defaults(fn=cmd_viz)
     i = sub.add_parser("info", help="signature, kernels, arena size and target")
     i.add_argument("path")
+    i.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
     i.set_defaults(fn=cmd_info)
     r = sub.add_parser("run", help="run an artifact on .npy inputs")
     r.add_argument("artifact")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("--output-dir", help="write each output as NAME.npy here")
+    r.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
     r.set_defaults(fn=cmd_run)
     pr = sub.add_parser("profile", help="time each kernel of an artifact; Chrome trace")
     pr.add_argument("artifact")
     pr.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     pr.add_argument("--repeat", type=int, default=10, help="profiled calls (default 10)")
     pr.add_argument("-o", "--output", help="write a Chrome trace-event file (trace.json)")
+    pr.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
     pr.set_defaults(fn=cmd_profile)
     c = sub.add_parser("compile", help="compile file.py:function into an artifact")
     c.add_argument("target", help="file.py:function (returns outputs or an Executable)")
     c.add_argument("-o", "--output", required=True)
+    c.add_argument("--key", metavar="FILE", help="sign the artifact with the key in FILE")
     c.set_defaults(fn=cmd_compile)
     im = sub.add_parser("import", help="compile an ONNX model into an artifact")
     im.add_argument("model", help="model.onnx")
     im.add_argument("-o", "--output", required=True, help="model.gcx")
     im.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
                     help="size of an input with symbolic dims (repeatable)")
+    im.add_argument("--key", metavar="FILE", help="sign the artifact with the key in FILE")
     im.set_defaults(fn=cmd_import)
 
     b = sub.add_parser("bench", help="run the benchmarks (source checkout)")

@@ -100,9 +100,10 @@ class Executable:
             self._info["profile_object_code"] = bytes(self._info["profile_object"]())
         return self._info["profile_object_code"]
 
-    def save(self, path: str) -> None:
+    def save(self, path: str, key=None) -> None:
         """Write the compiled program and its current variables as an artifact that
-        `graphc_runtime.load` runs without the compiler."""
+        `graphc_runtime.load` runs without the compiler; with `key` (bytes, at least 16)
+        the file is signed, and loading it with the same key verifies it."""
         from graphc_runtime.model import save_program
         manifest = self.manifest()
         if manifest["structure"] is None:
@@ -115,4 +116,4 @@ class Executable:
         for stage in stages:
             sections[f"dump/{stage}"] = self.dump(stage).encode()
         save_program(path, manifest, sections, dict(self._native.variables),
-                     self._native.constants)
+                     self._native.constants, key=key)

@@ -1,19 +1,34 @@
-"""The artifact file format: one file, a checksummed manifest and checksummed sections.
+"""The artifact file format: one file, a checksummed manifest, checksummed sections and,
+for a signed artifact, a signature over all of it.
 
     8 bytes   magic b"GRAPHCAR"
     4 bytes   format version (little-endian u32)
     8 bytes   manifest length N (little-endian u64)
     N bytes   manifest (UTF-8 JSON)
     32 bytes  SHA-256 of the manifest
-    ...       section data; the manifest gives each section's offset, length and SHA-256
+    ...       section data, back to back in the order of the manifest's section table
+              (each entry: offset, length, SHA-256); nothing between or after them
+    40 bytes  only when the manifest says "signed": b"GRAPHCSG" and the HMAC-SHA256 of
+              every byte before it, under the signer's key
 
 Sections hold the native object code, the optimized graph (JSON), text dumps, and
-variables and constants as raw little-endian arrays. No pickle. Files are written to a
-temporary name and renamed, so a reader never sees half a file.
+variables and constants as raw little-endian arrays. No pickle.
+
+Trust: the object code is native code, and loading an artifact runs it, as loading a
+shared library does. Checksums catch accidents, not intent. A key (`key=`, bytes of at
+least 16) signs an artifact when it is saved and verifies it when it is loaded: a file
+whose signature does not verify under the key, or that is not signed, is refused; with
+GRAPHC_REQUIRE_SIGNED=1 (or `require_signed=True`) every unsigned file is refused.
+
+Files are written to a temporary name beside the target and renamed, so a reader never
+sees half a file; a temporary left by a save that was killed is removed by the next save
+to the same path.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
+import hmac
 import json
 import os
 import struct
@@ -23,31 +38,71 @@ from . import dims
 from .errors import ArtifactError
 
 MAGIC = b"GRAPHCAR"
-FORMAT_VERSION = 2        # the newest this runtime reads and writes
-SYMBOLIC_FORMAT = 2       # format 2: shapes and sizes may be symbolic ({"dim": terms});
-                          # a program without symbolic dims is still written as format 1
+FORMAT_VERSION = 3        # the one this runtime reads and writes: the code carries the
+                          # plan digest (graphc_runtime.plan_digest), the file may be signed
 _HEADER = struct.Struct("<8sIQ")
+SIGNATURE_MAGIC = b"GRAPHCSG"
+SIGNATURE_BYTES = len(SIGNATURE_MAGIC) + 32
+SCHEME = "hmac-sha256"
+MIN_KEY_BYTES = 16
+MAX_MANIFEST_BYTES = 256 << 20
+_TEMP_SUFFIX = ".gcx-partial"
 
 
-def write(path: str, manifest: dict, sections: dict) -> None:
-    """Write `manifest` (JSON-able) and `sections` (name -> bytes) to `path` atomically."""
+def as_key(key) -> bytes | None:
+    """A signing key as bytes (str is taken as UTF-8); None stays None."""
+    if key is None:
+        return None
+    if isinstance(key, str):
+        key = key.encode()
+    if not isinstance(key, (bytes, bytearray)):
+        raise ArtifactError(f"a signing key is bytes or str, not {type(key).__name__}")
+    if len(key) < MIN_KEY_BYTES:
+        raise ArtifactError(f"a signing key needs at least {MIN_KEY_BYTES} bytes, this one "
+                            f"has {len(key)}")
+    return bytes(key)
+
+
+def signing_required(require_signed: bool | None = None) -> bool:
+    """The caller's choice, else the GRAPHC_REQUIRE_SIGNED setting (1/true/yes)."""
+    if require_signed is not None:
+        return bool(require_signed)
+    return os.environ.get("GRAPHC_REQUIRE_SIGNED", "").strip().lower() in ("1", "true", "yes")
+
+
+def encode(manifest: dict, sections: dict, key=None) -> bytes:
+    """The bytes of an artifact of `manifest` (JSON-able) and `sections` (name -> bytes),
+    signed when `key` is given."""
+    key = as_key(key)
     table, offset = {}, 0
     for name, data in sections.items():
         table[name] = {"offset": offset, "length": len(data),
                        "sha256": hashlib.sha256(data).hexdigest()}
         offset += len(data)
-    version = SYMBOLIC_FORMAT if (manifest.get("signature") or {}).get("symbols") else 1
-    manifest = dict(manifest, format_version=version, sections=table)
+    manifest = {k: v for k, v in manifest.items() if k != "signed"}
+    manifest = dict(manifest, format_version=FORMAT_VERSION, sections=table)
+    if key is not None:
+        manifest["signed"] = SCHEME
     head = json.dumps(manifest, sort_keys=True, default=dims.json_default).encode()
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".gcx-", dir=directory)
+    parts = [_HEADER.pack(MAGIC, FORMAT_VERSION, len(head)), head,
+             hashlib.sha256(head).digest(), *sections.values()]
+    body = b"".join(parts)
+    if key is not None:
+        body += SIGNATURE_MAGIC + hmac.new(key, body, hashlib.sha256).digest()
+    return body
+
+
+def write(path: str, manifest: dict, sections: dict, key=None) -> None:
+    """Write the artifact to `path` atomically (see `encode`)."""
+    data = encode(manifest, sections, key)
+    path = os.path.abspath(path)
+    directory, base = os.path.split(path)
+    _remove_stale_temporaries(directory, base)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.{os.getpid()}.", suffix=_TEMP_SUFFIX,
+                               dir=directory)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(_HEADER.pack(MAGIC, version, len(head)))
-            f.write(head)
-            f.write(hashlib.sha256(head).digest())
-            for data in sections.values():
-                f.write(data)
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -57,18 +112,45 @@ def write(path: str, manifest: dict, sections: dict) -> None:
         raise
 
 
-def read(path: str) -> tuple[dict, dict]:
+def _remove_stale_temporaries(directory: str, base: str) -> None:
+    """Temporaries of saves to the same path whose process is gone (killed midway)."""
+    for tmp in glob.glob(os.path.join(glob.escape(directory),
+                                      f".{glob.escape(base)}.*{_TEMP_SUFFIX}")):
+        rest = os.path.basename(tmp)[len(base) + 2:]
+        pid = rest.split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def read(path: str, key=None, require_signed: bool | None = None) -> tuple[dict, dict]:
     """(manifest, sections) of the artifact at `path`; ArtifactError if it is not a
-    complete, intact graphc artifact of a format this runtime reads."""
+    complete, intact graphc artifact of this format, or fails the signature policy."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise ArtifactError(f"cannot read artifact {path!r}: {e.strerror}") from None
-    return parse(data, path)
+    return parse(data, str(path), key=key, require_signed=require_signed)
 
 
-def parse(data: bytes, label: str = "artifact") -> tuple[dict, dict]:
+def parse(data: bytes, label: str = "artifact", key=None,
+          require_signed: bool | None = None) -> tuple[dict, dict]:
+    key = as_key(key)
     if len(data) < _HEADER.size:
         if not MAGIC.startswith(data[:8]):
             raise ArtifactError(f"{label}: not a graphc artifact (bad magic)")
@@ -80,10 +162,12 @@ def parse(data: bytes, label: str = "artifact") -> tuple[dict, dict]:
     if version > FORMAT_VERSION:
         raise ArtifactError(f"{label}: written in format version {version} by a newer graphc; "
                             f"this runtime reads format {FORMAT_VERSION}")
-    if version < 1:
-        raise ArtifactError(f"{label}: invalid format version {version}")
+    if version < FORMAT_VERSION:
+        raise ArtifactError(f"{label}: written in format version {version} by an older graphc, "
+                            f"whose code does not carry the digest of its plan; compile and "
+                            f"save it again")
     start = _HEADER.size
-    if n > len(data) - start - 32:
+    if n > min(len(data) - start - 32, MAX_MANIFEST_BYTES):
         raise ArtifactError(f"{label}: truncated (manifest of {n} bytes does not fit)")
     head = data[start:start + n]
     if hashlib.sha256(head).digest() != data[start + n:start + n + 32]:
@@ -91,21 +175,34 @@ def parse(data: bytes, label: str = "artifact") -> tuple[dict, dict]:
                             f"its manifest was edited")
     try:
         manifest = json.loads(head.decode(), object_hook=dims.json_object_hook)
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError, RecursionError) as e:
         raise ArtifactError(f"{label}: manifest is not valid JSON ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format_version") != version:
         raise ArtifactError(f"{label}: manifest does not match the header")
+    signed = manifest.get("signed")
+    if signed not in (None, SCHEME):
+        raise ArtifactError(f"{label}: unknown signature scheme {signed!r}")
+    end = len(data) - (SIGNATURE_BYTES if signed else 0)
+    _check_signature(data, end, signed, key, require_signed, label)
     base = start + n + 32
-    sections = {}
     table = manifest.get("sections")
     if not isinstance(table, dict):
         raise ArtifactError(f"{label}: manifest has no section table")
+    entries = []
     for name, rec in table.items():
         try:
-            off, length, digest = int(rec["offset"]), int(rec["length"]), str(rec["sha256"])
-        except (KeyError, TypeError, ValueError):
+            off, length, digest = rec["offset"], rec["length"], rec["sha256"]
+        except (KeyError, TypeError):
             raise ArtifactError(f"{label}: malformed entry for section {name!r}") from None
-        if off < 0 or length < 0 or base + off + length > len(data):
+        if not (type(off) is int and type(length) is int and isinstance(digest, str)):
+            raise ArtifactError(f"{label}: malformed entry for section {name!r}")
+        entries.append((off, length, name, digest))
+    sections, expected = {}, 0
+    for off, length, name, digest in sorted(entries):
+        if off != expected or length < 0:
+            raise ArtifactError(f"{label}: section {name!r} is not where the table says "
+                                f"sections lie (back to back from the manifest)")
+        if base + off + length > end:
             raise ArtifactError(f"{label}: truncated (section {name!r} ends past the end of "
                                 f"the file)")
         blob = data[base + off:base + off + length]
@@ -113,4 +210,32 @@ def parse(data: bytes, label: str = "artifact") -> tuple[dict, dict]:
             raise ArtifactError(f"{label}: section {name!r} checksum mismatch: the file is "
                                 f"corrupt")
         sections[name] = blob
+        expected = off + length
+    if base + expected != end:
+        raise ArtifactError(f"{label}: {end - base - expected} unexpected bytes after the last "
+                            f"section")
     return manifest, sections
+
+
+def _check_signature(data, end, signed, key, require_signed, label) -> None:
+    if not signed:
+        if key is not None:
+            raise ArtifactError(f"{label}: the artifact is not signed, and a key was given to "
+                                f"verify it")
+        if signing_required(require_signed):
+            raise ArtifactError(f"{label}: the artifact is not signed, and signatures are "
+                                f"required (GRAPHC_REQUIRE_SIGNED / require_signed)")
+        return
+    if end < _HEADER.size or data[end:end + len(SIGNATURE_MAGIC)] != SIGNATURE_MAGIC:
+        raise ArtifactError(f"{label}: the manifest says signed, but the file ends without "
+                            f"a signature")
+    if key is None:
+        if signing_required(require_signed):
+            raise ArtifactError(f"{label}: the artifact is signed, but no key was given to "
+                                f"verify it and signatures are required")
+        return
+    mac = hmac.new(key, data[:end], hashlib.sha256).digest()
+    if not hmac.compare_digest(mac, data[end + len(SIGNATURE_MAGIC):]):
+        raise ArtifactError(f"{label}: the signature does not verify under this key: the "
+                            f"file was changed after it was signed, or signed with another "
+                            f"key")

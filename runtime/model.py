@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import artifact
+from . import artifact, plan_digest
+from . import manifest as manifests
 from .cpu import CpuProgram, Signature, host_features, llvm
-from .dims import Dim
 from .dtypes import NUMPY
-from .errors import ArtifactError
+from .errors import ArtifactError, GraphcError
 
 STAGES = ("graph", "optimized", "fused", "memory", "llvm", "asm")
-_REQUIRED = {"graphc_version": str, "device": str, "target": dict, "signature": dict,
-             "structure": (dict, list, int), "arena_bytes": (int, Dim), "constants": list}
+# what a malformed manifest can raise from code that reads it: refused as ArtifactError
+_MALFORMED = (KeyError, TypeError, ValueError, IndexError, AttributeError, OverflowError,
+              RecursionError)
 
 
 def rebuild(structure, values):
@@ -66,9 +67,26 @@ class Model:
     """A loaded artifact: call it like the Executable it was saved from."""
 
     def __init__(self, manifest: dict, sections: dict, label: str = "artifact"):
-        for key, kind in _REQUIRED.items():
-            if not isinstance(manifest.get(key), kind):
-                raise ArtifactError(f"{label}: manifest field {key!r} is missing or malformed")
+        try:
+            self._load(manifest, sections, label)
+        except GraphcError as e:
+            if isinstance(e, ArtifactError):
+                raise
+            raise ArtifactError(f"{label}: {e}") from None
+        except MemoryError as e:
+            raise ArtifactError(f"{label}: cannot allocate the program's memory ({e})") \
+                from None
+        except _MALFORMED as e:
+            raise ArtifactError(f"{label}: malformed manifest ({type(e).__name__}: "
+                                f"{e})") from None
+
+    def _load(self, manifest: dict, sections: dict, label: str) -> None:
+        """Every check before anything is mapped: the manifest's fields, its agreement
+        with the code (plan digest), the target; then the program is loaded."""
+        if not isinstance(manifest, dict):
+            raise ArtifactError(f"{label}: the manifest is not an object")
+        manifests.validate(manifest, label)
+        plan_digest.check(manifest, sections, label)
         check_target(manifest, label)
         try:
             signature = Signature.from_json(manifest["signature"])
@@ -153,27 +171,44 @@ class Model:
                                 "graphc); save it again to profile it")
         return profile_program(self._native, code, self.manifest, repeat, args, kwargs)
 
-    def save(self, path: str) -> None:
-        """Write this model, with its current variable values, as a new artifact."""
+    def save(self, path: str, key=None) -> None:
+        """Write this model, with its current variable values, as a new artifact (signed
+        with `key`, bytes, when given)."""
         sections = dict(self._sections)
         for name, value in self.variables.items():
             sections[f"variable/{name}"] = array_bytes(value)
-        manifest = {k: v for k, v in self.manifest.items() if k not in ("sections",)}
-        artifact.write(path, manifest, sections)
+        manifest = {k: v for k, v in self.manifest.items()
+                    if k not in ("sections", "signed", "format_version")}
+        artifact.write(path, manifest, stamp_code(manifest, sections), key=key)
 
 
-def load(path: str) -> Model:
-    """Load an artifact written by `Executable.save` (checks integrity and the target)."""
-    manifest, sections = artifact.read(path)
+def load(path: str, key=None, require_signed: bool | None = None) -> Model:
+    """Load an artifact written by `Executable.save`: checks its integrity, its manifest
+    against its code, and the target. Loading runs the artifact's native code, as
+    loading a shared library does: load only files you trust. With `key` (the bytes it
+    was signed with) a file whose signature does not verify, or that is unsigned, is
+    refused; `require_signed` (default: GRAPHC_REQUIRE_SIGNED=1) refuses every unsigned
+    file."""
+    manifest, sections = artifact.read(path, key=key, require_signed=require_signed)
     return Model(manifest, sections, label=str(path))
 
 
+def stamp_code(manifest: dict, sections: dict) -> dict:
+    """`sections` with the code's plan digest set for `manifest` (graphc_runtime.plan_digest)."""
+    value = plan_digest.digest(manifest)
+    out = dict(sections)
+    for name in ("object", "object_profile", "ptx"):
+        if name in out:
+            out[name] = plan_digest.stamp(out[name], value, "ptx" if name == "ptx" else name)
+    return out
+
+
 def save_program(path: str, manifest: dict, static_sections: dict, variables: dict,
-                 constants: list) -> None:
+                 constants: list, key=None) -> None:
     """Write an artifact from a compiled program's parts (used by graphc's Executable)."""
     sections = dict(static_sections)
     for name, value in variables.items():
         sections[f"variable/{name}"] = array_bytes(value)
     for k, c in enumerate(constants):
         sections[f"constant/{k}"] = array_bytes(c)
-    artifact.write(path, manifest, sections)
+    artifact.write(path, manifest, stamp_code(manifest, sections), key=key)

@@ -109,6 +109,16 @@ def rewrite_manifest(data: bytes, edit) -> bytes:
             hashlib.sha256(head).digest() + data[20 + n + 32:])
 
 
+def reencode(data: bytes, edit) -> bytes:
+    """The artifact with its manifest edited and its code's plan digest set to match (as
+    only a deliberate forger would): what the checks after the digest see."""
+    from graphc_runtime.model import stamp_code
+    manifest, sections = artifact.parse(data)
+    manifest = {k: v for k, v in manifest.items() if k not in ("sections", "format_version")}
+    edit(manifest)
+    return artifact.encode(manifest, stamp_code(manifest, sections))
+
+
 def refused(tmp_path, data: bytes, match: str):
     p = tmp_path / "bad.gcx"
     p.write_bytes(data)
@@ -135,15 +145,17 @@ def test_refusals(inference, tmp_path):
 
     def future_cpu(m):
         m["target"]["features"] += ",+graphc-imaginary-feature"
-    refused(tmp_path, rewrite_manifest(data, future_cpu), "lacks features.*graphc-imaginary")
+    refused(tmp_path, rewrite_manifest(data, future_cpu), "does not match its code")
+    refused(tmp_path, reencode(data, future_cpu), "lacks features.*graphc-imaginary")
 
     def other_triple(m):
         m["target"]["triple"] = "riscv64-unknown-linux-gnu"
-    refused(tmp_path, rewrite_manifest(data, other_triple), "built for 'riscv64")
+    refused(tmp_path, reencode(data, other_triple), "built for 'riscv64")
 
     def no_signature(m):
         del m["signature"]
     refused(tmp_path, rewrite_manifest(data, no_signature), "'signature' is missing")
+    refused(tmp_path, reencode(data, no_signature), "'signature' is missing")
     with pytest.raises(gc.ArtifactError, match="cannot read"):
         graphc_runtime.load(str(tmp_path / "missing.gcx"))
 

@@ -79,6 +79,21 @@ def test_normalization_after_reduction_at_large_magnitude(reduce, head):
             _check_head(head, exe(x=data), constant_rows=True)
 
 
+@pytest.mark.parametrize("head", sorted(HEADS))
+def test_normalization_after_a_product_reduction(head):
+    """reduce_prod, at values whose product stays finite."""
+    shape = (2, 50, 4, 4)
+    with gc.Graph("one_value"):
+        x = gc.placeholder(shape, "float32", name="x")
+        r = gc.prod(x * 1.5, axis=(2, 3), keepdims=True).reshape(shape[:2])
+        exe = gc.compile(HEADS[head](r))
+        for value in (1.01, 0.6, -0.9):
+            _check_head(head, exe(x=np.full(shape, value, np.float32)), constant_rows=True)
+        rng = np.random.default_rng(3)
+        data = (0.7 + 0.01 * rng.standard_normal(shape)).astype(np.float32)
+        _check_head(head, exe(x=data), constant_rows=False)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("head", sorted(HEADS))
 @pytest.mark.parametrize("reduce", ["sum", "mean", "max", "var"])

@@ -7,8 +7,8 @@ import (shape sub-graphs such as Shape -> Gather -> Concat -> Reshape) fold to n
 constants. `compile(m)` compiles the imported graph; `graphc.onnx.backend` is an
 onnx.backend for the ONNX conformance runner. Needs the `onnx` extra.
 """
-from .errors import NeedsInputShapes, NeedsInputValues, UnsupportedError
+from .errors import ModelError, NeedsInputShapes, NeedsInputValues, UnsupportedError
 from .importer import ImportedModel, compile, import_model  # noqa: A004
 
-__all__ = ["ImportedModel", "NeedsInputShapes", "NeedsInputValues", "UnsupportedError",
+__all__ = ["ImportedModel", "ModelError", "NeedsInputShapes", "NeedsInputValues", "UnsupportedError",
            "compile", "import_model"]

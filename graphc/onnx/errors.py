@@ -28,3 +28,9 @@ class NeedsInputShapes(UnsupportedError):
     def __init__(self, message: str, inputs):
         super().__init__(message)
         self.inputs = tuple(inputs)
+
+
+class ModelError(GraphcError, ValueError):
+    """The model is malformed or hostile: an attribute or operand out of its range (a
+    stride of 0, a Slice step of 0, a Reshape 0 past the input's rank) or a size no
+    machine can hold; the message names the node."""

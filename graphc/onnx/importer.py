@@ -16,7 +16,8 @@ from . import (ops_control, ops_math, ops_nn, ops_pool, ops_quant,  # noqa: F401
 from .dtypes import dtype_of, to_array
 from graphc_runtime.dims import Undecidable, is_symbolic
 
-from .errors import NeedsInputShapes, NeedsInputValues, UnsupportedError
+from .errors import ModelError, NeedsInputShapes, NeedsInputValues, UnsupportedError
+from .limits import check_size
 
 # graphc's converters implement each op from opset 7 on; older opsets import where the op
 # is the same version there as in opset 7
@@ -323,8 +324,7 @@ def _convert_node(ctx, node, env, depth: int = 0):
     if narrow:
         args = [gc.cast(a, "float32") if isinstance(a, gc.Tensor) and a.dtype == narrow
                 else a for a in args]
-    outs = convert(ctx, args, attrs)
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    outs = _converted(ctx, convert, args, attrs)
     if narrow:
         outs = [gc.cast(o, narrow) if isinstance(o, gc.Tensor) and o.dtype == "float32"
                 else o for o in outs]
@@ -337,6 +337,36 @@ def _convert_node(ctx, node, env, depth: int = 0):
                                   f"#{wanted.index(name)}) is not supported")
         value = _narrowed(ctx, node, name, value, attrs)
         env[name] = _fold(ctx, value, args)
+
+
+# what a converter raises on a value out of its range (a division by a zero stride, an
+# index past a list): the model is malformed, and the error names the node
+_MALFORMED = (ArithmeticError, IndexError, KeyError, ValueError, TypeError, MemoryError,
+              OverflowError, RecursionError)
+
+
+def _converted(ctx, convert, args, attrs) -> list:
+    """The converter's results as a list; every failure is a GraphcError naming the node,
+    and no result may be larger than an address space."""
+    try:
+        outs = convert(ctx, args, attrs)
+    except ModelError as e:
+        if e.bare_message.startswith(ctx.where()):
+            raise
+        raise ModelError(f"{ctx.where()}: {e.bare_message}") from None
+    except GraphcError:
+        raise
+    except _MALFORMED as e:
+        raise ModelError(f"{ctx.where()}: the node cannot be imported: "
+                         f"{type(e).__name__}: {e}") from e
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    for k, o in enumerate(outs):
+        if isinstance(o, gc.Tensor):
+            try:
+                check_size(o.shape, o.dtype, f"output #{k}")
+            except ModelError as e:
+                raise ModelError(f"{ctx.where()}: {e.bare_message}") from None
+    return outs
 
 
 def _check_old_opset(ctx, node):

@@ -17,6 +17,8 @@ import graphc as gc
 
 from .dtypes import dtype_of
 
+from .errors import ModelError
+from .limits import check_size, fits_in_import
 from .ops_pool import geometry
 from .registry import CONVERTERS, op
 
@@ -299,10 +301,13 @@ def _constant_of_shape(ctx, a, at):
     shape = _ints(ctx.static(a[0], "the shape"))
     value = at.get("value", np.zeros(1, np.float32))
     fill = np.asarray(value).reshape(-1)[0]
-    if any(isinstance(d, Dim) for d in shape):      # a broadcast of the sizes at the call
+    dtype = np.asarray(value).dtype
+    # a broadcast of the sizes at the call, or of a size too large to hold at import
+    if any(isinstance(d, Dim) for d in shape) or not fits_in_import(shape, dtype,
+                                                                    "the constant"):
         with ctx.graph:
-            return gc.full(tuple(shape), fill, dtypes_of_numpy(np.asarray(value).dtype))
-    return np.full(shape, fill, dtype=np.asarray(value).dtype)
+            return gc.full(tuple(shape), fill, dtypes_of_numpy(dtype))
+    return np.full(shape, fill, dtype=dtype)
 
 
 @op("Shape")
@@ -336,6 +341,15 @@ def _range(ctx, a, at):
     for v in (s0, s1, step):
         if isinstance(v, Dim):
             raise Undecidable(f"Range's length follows the symbolic size {v}")
+    if step == 0:
+        raise ModelError("Range's delta is 0")
+    if not all(np.isfinite(float(v)) for v in (s0, s1, step)):
+        raise ModelError(f"Range({s0}, {s1}, {step}) has a non-finite operand")
+    n = max(int(np.ceil((float(s1) - float(s0)) / float(step))), 0)
+    if not fits_in_import((n,), dtype, "Range's result"):
+        with ctx.graph:                     # computed when the program runs
+            ramp = gc.iota((n,), 0, dtypes_of_numpy(dtype))
+            return ramp * gc.constant(delta) + gc.constant(start)
     return np.arange(start, limit, delta, dtype=dtype)
 
 
@@ -345,7 +359,14 @@ def _reshape(ctx, a, at):
     shape = _ints(at["shape"]) if ctx.opset < 5 else _ints(ctx.static(a[1], "the shape"))
     src = list(x.shape if isinstance(x, gc.Tensor) else np.shape(x))
     if not at.get("allowzero", 0):
+        past = [k for k, d in enumerate(shape) if d == 0 and k >= len(src)]
+        if past:
+            raise ModelError(f"shape {shape}: entry {past[0]} is 0 (keep the input's size) "
+                             f"but the input has only {len(src)} axes")
         shape = [src[k] if d == 0 else d for k, d in enumerate(shape)]
+    if sum(1 for d in shape if isinstance(d, int) and d == -1) > 1 or any(
+            isinstance(d, int) and d < -1 for d in shape):
+        raise ModelError(f"shape {shape}: at most one -1 and no other negative entry")
     if isinstance(x, gc.Tensor):
         return gc.reshape(x, tuple(shape))
     return np.reshape(x, shape)
@@ -443,6 +464,15 @@ def _slice(ctx, a, at):
         steps = _ints(ctx.static(a[4], "steps")) if len(a) > 4 and a[4] is not None else None
     axes = axes if axes is not None else list(range(len(starts)))
     steps = steps or [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ModelError(f"starts, ends, axes and steps have different lengths "
+                         f"({len(starts)}, {len(ends)}, {len(axes)}, {len(steps)})")
+    if 0 in steps:
+        raise ModelError(f"steps {list(steps)}: a step of 0")
+    bad = [ax for ax in axes if not -len(shape) <= ax < len(shape)]
+    if bad or len({ax % max(len(shape), 1) for ax in axes}) != len(axes):
+        raise ModelError(f"axes {list(axes)} out of range or repeated for an input of "
+                         f"rank {len(shape)}")
     key = [slice(None)] * len(shape)
     big = 1 << 62
     for s, e, ax, st in zip(starts, ends, axes, steps):
@@ -484,9 +514,16 @@ def _expand(ctx, a, at):
 def _tile(ctx, a, at):
     x = ctx.tensor(a[0])
     reps = _ints(ctx.static(a[1], "repeats"))
+    if len(reps) != x.ndim or any(isinstance(r, int) and r < 0 for r in reps):
+        raise ModelError(f"repeats {reps}: one entry >= 0 per axis of the rank-{x.ndim} "
+                         f"input expected")
+    check_size(tuple(r * n for r, n in zip(reps, x.shape)), x.dtype, "Tile's result")
     for ax, r in enumerate(reps):
-        if r != 1:
-            x = gc.concatenate([x] * r, axis=ax) if r else x[(slice(None),) * ax + (slice(0, 0),)]
+        if r == 0:
+            x = x[(slice(None),) * ax + (slice(0, 0),)]
+        elif r != 1:          # r copies of the axis: a broadcast over a new axis before it
+            wide = gc.broadcast_to(gc.expand_dims(x, ax), x.shape[:ax] + (r,) + x.shape[ax:])
+            x = gc.reshape(wide, x.shape[:ax] + (r * x.shape[ax],) + x.shape[ax + 1:])
     return x
 
 
@@ -503,7 +540,11 @@ def _gather(ctx, a, at):
     if isinstance(idx, gc.Tensor):
         idx = gc.where(idx < 0, idx + _scalar(ctx, n, idx), idx)
     else:
-        idx = np.where(np.asarray(idx) < 0, np.asarray(idx) + n, np.asarray(idx))
+        idx = np.asarray(idx)
+        if idx.size and isinstance(n, int) and (idx.min() < -n or idx.max() >= n):
+            raise ModelError(f"constant indices {idx.min()}..{idx.max()} out of range for an "
+                             f"axis of size {n} (ONNX allows [-{n}, {n - 1}])")
+        idx = np.where(idx < 0, idx + n, idx)
         idx = ctx.tensor(idx.astype(np.int32 if n < (1 << 31) else np.int64))
     return gc.take(x, idx, axis=axis)
 

@@ -9,7 +9,9 @@ from graphc_runtime.dims import Dim
 import graphc as gc
 from graphc.tensor import bind
 
+from .errors import ModelError
 from .ops import _scalar
+from .ops_pool import check_window
 from .registry import op
 
 
@@ -175,6 +177,9 @@ def _conv_transpose(ctx, a, at):
     dil = list(at.get("dilations", [1] * dims))
     out_pad = list(at.get("output_padding", [0] * dims))
     pads = list(at.get("pads", [0] * (2 * dims)))
+    check_window(dims, kernel, strides, dil, pads)
+    if not isinstance(g, int) or g < 1 or w.shape[0] % g:
+        raise ModelError(f"group {g} must be >= 1 and divide the {w.shape[0]} input channels")
     spatial = x.shape[2:]
     full = [strides[k] * (spatial[k] - 1) + out_pad[k] + (kernel[k] - 1) * dil[k] + 1
             for k in range(dims)]

@@ -9,7 +9,24 @@ import numpy as np
 
 import graphc as gc
 
+from .errors import ModelError
 from .registry import op
+
+
+def check_window(dims: int, kernel, strides, dil, pads) -> None:
+    """Window attributes in their ranges (ModelError otherwise): sizes, strides and
+    dilations of one per spatial axis and at least 1, pads two per axis and not negative."""
+    for name, values, count, low in (("kernel_shape", kernel, dims, 1),
+                                     ("strides", strides, dims, 1),
+                                     ("dilations", dil, dims, 1),
+                                     ("pads", pads, 2 * dims, 0)):
+        values = list(values)
+        if len(values) != count:
+            raise ModelError(f"{name} has {len(values)} entries, {count} expected for "
+                             f"{dims} spatial axes")
+        bad = [v for v in values if not isinstance(v, (int, np.integer)) or v < low]
+        if bad:
+            raise ModelError(f"{name} {values}: each entry must be an integer >= {low}")
 
 
 def geometry(spatial, kernel, at):
@@ -19,6 +36,7 @@ def geometry(spatial, kernel, at):
     strides = list(at.get("strides", [1] * dims))
     dil = list(at.get("dilations", [1] * dims))
     pads = list(at.get("pads", [0] * (2 * dims)))
+    check_window(dims, kernel, strides, dil, pads)
     auto = at.get("auto_pad", "NOTSET")
     begin, end, out = [], [], []
     for k in range(dims):

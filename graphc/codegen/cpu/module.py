@@ -7,6 +7,7 @@ import os
 
 import llvmlite.ir as ir
 
+from graphc_runtime import plan_digest
 from graphc_runtime.cpu import ENTRY_ABI
 from graphc_runtime.dims import Dim, Undecidable
 from graphc_runtime.errors import CompileError
@@ -314,6 +315,12 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         abi = ir.GlobalVariable(self.module, I32, "graphc_entry_abi")
         abi.initializer = ir.Constant(I32, ENTRY_ABI)
         abi.global_constant = True
+        # where saving writes the digest of the manifest this code is compiled for
+        # (graphc_runtime.plan_digest); loading an artifact checks the two agree
+        slot = bytearray(plan_digest.PLACEHOLDER)
+        plan = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(slot)), "graphc_plan_digest")
+        plan.initializer = ir.Constant(ir.ArrayType(I8, len(slot)), slot)
+        plan.global_constant = True
         fn = ir.Function(self.module, ir.FunctionType(I32, [ir.PointerType(i8p)] +
                                                       [i8p] * objects), "graphc_entry")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
