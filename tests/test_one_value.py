@@ -119,11 +119,44 @@ def test_reported_global_pool_softmax_is_not_nan():
 
 
 def test_elementwise_code_has_no_contraction():
-    """The rule as the code generator keeps it: no float op may be contracted into a
-    fused multiply-add (graphc's own math uses explicit fma where it wants one)."""
+    """The rule as the code generator keeps it: no float op carries LLVM's `contract` or
+    fast-math flags (which let LLVM fuse in one loop and not in another); a fused
+    multiply-add is an explicit llvm.fma (graphc/kernels/products.py)."""
     with gc.Graph("contract"):
         a = gc.placeholder((64,), "float32", name="a")
         b = gc.placeholder((64,), "float32", name="b")
         y = a * b - a
         ir = gc.compile([y, y.sum()]).dump("llvm")
     assert " contract " not in ir and "fast " not in ir
+
+
+def _llvm(outputs):
+    return gc.compile(outputs).dump("llvm")
+
+
+def test_product_fuses_only_into_its_one_use():
+    with gc.Graph("fma"):
+        a = gc.placeholder((256,), "float32", name="a")
+        b = gc.placeholder((256,), "float32", name="b")
+        assert "@llvm.fma" in _llvm(a * b + 1.0)            # one use: one rounding
+        assert "@llvm.fma" in _llvm(2.0 - a * b)
+        p = a * b                                           # two uses: rounded once,
+        assert "@llvm.fma" not in _llvm([p + 1.0, p.max()])   # the same value in both
+        q = a * b                                           # read twice by its one user
+        assert "@llvm.fma" not in _llvm(q + q[::-1])
+        r = a * b                                           # an output itself
+        assert "@llvm.fma" not in _llvm([r, r + 1.0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_fused_products_match_the_reference(dtype):
+    rng = np.random.default_rng(5)
+    with gc.Graph("fma_values"):
+        a = gc.placeholder((3, 70), dtype, name="a")
+        b = gc.placeholder((70,), dtype, name="b")
+        outs = [a * b + 1.0, 1.0 - a * b, a * b - b, gc.tanh(a * 0.5 + b) * b - a]
+        exe = gc.compile(outs)
+        feeds = {"a": rng.standard_normal((3, 70)).astype(dtype),
+                 "b": rng.standard_normal(70).astype(dtype)}
+        for got, want in zip(exe(**feeds), gc.evaluate(outs, feeds)):
+            assert_matches(got, want, dtype)

@@ -16,6 +16,7 @@ from graphc_runtime.errors import CompileError
 from ..ir import dtypes
 from ..ir.graph import Node
 from . import index as ix
+from . import products
 
 
 class Illegal(Exception):
@@ -268,11 +269,13 @@ class ExprBuilder:
     index) so that a read at the row index becomes an accumulator.
     """
 
-    def __init__(self, members: set, buffer_of, accs=None):
+    def __init__(self, members: set, buffer_of, accs=None, roots=None):
         self.members = members
         self.buffer_of = buffer_of
         self.accs = accs or {}
         self.memo: dict = {}
+        # the kernel's root node ids, where products may fuse into sums (products.py)
+        self.roots = roots
 
     def value(self, node: Node, index) -> VExpr:
         index = tuple(index)
@@ -352,8 +355,23 @@ class ExprBuilder:
             return Prim(node.dtype, "select", tuple(self.value(i, index) for i in ins))
         from ..ir.primitive import lookup
         if lookup(op).kind == "elementwise":
+            fused = products.fusable_product(node, self.members, self.roots)
+            if fused is not None:
+                return self._multiply_add(node, fused, index)
             return Prim(node.dtype, op, tuple(self.value(i, index) for i in ins))
         raise Illegal(f"{op} cannot be fused as an element expression")
+
+    def _multiply_add(self, node: Node, fused, index) -> VExpr:
+        """add/sub of a product as one fma(a, b, c): a*b + c, a*b - c, c - a*b."""
+        k, m = fused
+        a, b = (self.value(i, index) for i in m.inputs)
+        c = self.value(node.inputs[1 - k], index)
+        if node.op == "sub":
+            if k == 0:
+                c = Prim(node.dtype, "neg", (c,))
+            else:
+                a = Prim(node.dtype, "neg", (a,))
+        return Prim(node.dtype, "fma", (a, b, c))
 
     def _flat_load(self, x, lead, pos):
         """The load of x[lead..., pos] when x reshapes a buffer's trailing axes into one
@@ -435,7 +453,7 @@ def build_loop(name, roots, members, buffer_of, dests) -> LoopKernel:
     if any(r.shape != shape for r in roots):
         raise Illegal("loop roots of different shapes")
     vars_ = loop_vars(shape)
-    eb = ExprBuilder(members, buffer_of)
+    eb = ExprBuilder(members, buffer_of, roots={r.id for r in roots})
     stores = [Store(buf, eb.value(r, vars_), vars_) for r in roots for buf in dests(r)]
     return LoopKernel(name, shape, vars_, stores)
 
@@ -483,7 +501,7 @@ def build_row(name, roots, members, buffer_of, dests) -> RowKernel:
             full[d] = digit
     full = tuple(full)
     accs = {r.id: (k, kvars) for k, r in enumerate(reductions)}
-    eb = ExprBuilder(members, buffer_of)
+    eb = ExprBuilder(members, buffer_of, roots={r.id for r in roots})
     stages, row_values = [], []
 
     def new_row_values(seen):

@@ -41,6 +41,7 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         #      work of a symbolic split or None, chunk granule), trampoline)
         self.threads = 1
         self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
+        self.has_fma = True           # fused multiply-add in hardware (else mul, then add)
         self.profiling = None         # a Profiling in the profiling build
         self.profile_index: dict = {}  # id(schedule entry) -> its kernel number there
         self.symbols: list = []       # symbol names: every kernel takes their values
@@ -66,7 +67,7 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
             fnty = ir.FunctionType(types[0], [types[1]])
         elif name in ("llvm.maximum", "llvm.minimum"):
             fnty = ir.FunctionType(ty, [ty, ty])
-        elif name == "llvm.fmuladd":
+        elif name in ("llvm.fmuladd", "llvm.fma"):
             fnty = ir.FunctionType(ty, [ty, ty, ty])
         else:
             fnty = ir.FunctionType(ty, [ty])
@@ -372,7 +373,9 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
     triple = b.get_process_triple()
     mb = ModuleBuilder(name, triple=triple)
     mb.threads = threads
-    mb.scalef = "+avx512f" in host_features().split(",") and llvm_features.vectorizes_ldexp()
+    features = host_features().split(",")
+    mb.scalef = "+avx512f" in features and llvm_features.vectorizes_ldexp()
+    mb.has_fma = "+fma" in features or "+avx512f" in features or not triple.startswith("x86")
     if profile:
         native = [k for k in lowered.kernels if not isinstance(k, K.CollectiveKernel)]
         mb.profiling = Profiling(mb.module, len(native), threads)

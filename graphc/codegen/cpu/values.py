@@ -245,6 +245,10 @@ class ValueEmitter:
             return b.fsub(x, y)
         if op == "mul":
             return b.fmul(x, y)
+        if op == "fma":             # a product fused into its one use (kernels/products.py)
+            if not self.mb.has_fma:
+                return b.fadd(b.fmul(x, y), args[2])
+            return b.call(self.mb.intrinsic("llvm.fma", [ty]), args)
         if op == "div":
             return b.fdiv(x, y)
         if op == "rem":
