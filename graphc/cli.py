@@ -58,6 +58,17 @@ def _shapes(items) -> dict:
     return shapes
 
 
+def _sizes(items) -> dict:
+    """--size NAME=N options as {name: N} (N >= 1)."""
+    sizes = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().isdigit() or int(value) < 1 or not name:
+            raise CliError(f"--size wants NAME=N with N >= 1, got {item!r}")
+        sizes[name] = int(value)
+    return sizes
+
+
 def _python_target(spec: str, **compile_options):
     """Executable for `file.py:attribute`."""
     if _is_onnx(spec):
@@ -147,14 +158,15 @@ def cmd_viz(args) -> int:
     out = args.output
     ext = os.path.splitext(out)[1].lower()
     if args.memory:
-        if ext == ".svg":
-            _write(out, viz.memory_svg(memory))
-        elif ext == ".png":
-            try:
-                viz.memory_png(memory, out)
-            except RuntimeError as e:
-                raise CliError(str(e)) from None
-        else:
+        sizes = _sizes(args.size)
+        try:
+            if ext == ".svg":
+                _write(out, viz.memory_svg(memory, sizes))
+            elif ext == ".png":
+                viz.memory_png(memory, out, sizes)
+        except (RuntimeError, ValueError) as e:
+            raise CliError(str(e)) from None
+        if ext not in (".svg", ".png"):
             raise CliError(f"--memory writes .svg or .png, not {ext or 'no extension'}")
         print(f"wrote {out}")
         return 0
@@ -326,6 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("path")
     v.add_argument("-o", "--output", required=True, help="out.dot, .svg, .png or .html")
     v.add_argument("--memory", action="store_true", help="draw the memory plan instead")
+    v.add_argument("--size", action="append", metavar="NAME=N",
+                   help="draw a symbolic size at N (default: a typical 64; repeatable)")
     v.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
     v.set_defaults(fn=cmd_viz)
     i = sub.add_parser("info", help="signature, kernels, arena size and target")

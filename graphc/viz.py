@@ -81,8 +81,52 @@ def to_dot(view: ProgramView) -> str:
     return "\n".join(lines) + "\n"
 
 
-def memory_svg(memory: dict) -> str:
-    """Buffers as boxes: x = kernel steps alive, y = arena offset."""
+TYPICAL_SIZE = 64       # what a symbolic size is drawn at unless the user gives one
+
+
+def concrete_memory(memory: dict, sizes: dict | None = None) -> tuple[dict, str]:
+    """The memory plan with every symbolic size (a Dim) evaluated: at `sizes` {symbol:
+    int} where given, else at TYPICAL_SIZE; and a line saying which sizes were used
+    ('' for a program without symbols)."""
+    from graphc_runtime.dims import Dim
+    symbols: set = set()
+
+    def collect(v):
+        if isinstance(v, Dim):
+            symbols.update(v.symbols())
+        elif isinstance(v, dict):
+            for x in v.values():
+                collect(x)
+        elif isinstance(v, list):
+            for x in v:
+                collect(x)
+    collect(memory)
+    if not symbols:
+        return memory, ""
+    sizes = dict(sizes or {})
+    unknown = sorted(set(sizes) - symbols)
+    if unknown:
+        raise ValueError(f"the program has no symbolic size named {unknown[0]!r}; its "
+                         f"symbols: {', '.join(sorted(symbols))}")
+    env = {s: int(sizes.get(s, TYPICAL_SIZE)) for s in symbols}
+
+    def value(v):
+        if isinstance(v, Dim):
+            return v.evaluate(env)
+        if isinstance(v, dict):
+            return {k: value(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [value(x) for x in v]
+        return v
+    given = ", ".join(f"{s}={env[s]}" + ("" if s in sizes else " (typical)")
+                      for s in sorted(env))
+    return value(memory), f"drawn at {given}; other sizes: --size NAME=N"
+
+
+def memory_svg(memory: dict, sizes: dict | None = None) -> str:
+    """Buffers as boxes: x = kernel steps alive, y = arena offset; symbolic sizes drawn
+    at `sizes` (or a typical size, said on the picture)."""
+    memory, at = concrete_memory(memory, sizes)
     buffers = memory.get("buffers", [])
     arena = max(memory.get("arena_bytes", 0), 1)
     steps = max((b["last"] for b in buffers), default=0) + 1
@@ -106,11 +150,12 @@ def memory_svg(memory: dict) -> str:
                      f'{html.escape(b["buffer"])}: {b["bytes"]} bytes at {b["offset"]}, steps '
                      f'{b["first"]}..{b["last"]}</title></rect>')
     parts.append(f'<text x="{left}" y="{height - 10}">kernel step 0 .. {steps - 1} '
-                 f'(left to right); offset grows downwards</text></svg>')
+                 f'(left to right); offset grows downwards'
+                 f'{"; " + html.escape(at) if at else ""}</text></svg>')
     return "\n".join(parts)
 
 
-def memory_png(memory: dict, path: str) -> None:
+def memory_png(memory: dict, path: str, sizes: dict | None = None) -> None:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -118,6 +163,7 @@ def memory_png(memory: dict, path: str) -> None:
     except ImportError:
         raise RuntimeError("PNG memory plots need matplotlib (pip install matplotlib); "
                            "use an .svg output instead") from None
+    memory, at = concrete_memory(memory, sizes)
     fig, ax = plt.subplots(figsize=(10, 4))
     for k, b in enumerate(memory.get("buffers", [])):
         ax.broken_barh([(b["first"], b["last"] - b["first"] + 1)], (b["offset"], b["bytes"]),
@@ -125,6 +171,6 @@ def memory_png(memory: dict, path: str) -> None:
     ax.set_xlabel("kernel step")
     ax.set_ylabel("arena offset (bytes)")
     ax.invert_yaxis()
-    ax.set_title(f"arena {memory.get('arena_bytes', 0)} bytes")
+    ax.set_title(f"arena {memory.get('arena_bytes', 0)} bytes" + (f" ({at})" if at else ""))
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

@@ -17,6 +17,51 @@ if os.environ.get("CI", "").lower() == "true":
     settings.load_profile("ci")
 
 
+def _optional_parts() -> list:
+    """(part, present, what it enables or how to get it) of the optional pieces tests use."""
+    import importlib.util
+    import shutil
+
+    def has(module):
+        return importlib.util.find_spec(module) is not None
+    chromium = any(n and shutil.which(n) for n in (os.environ.get("GRAPHC_CHROMIUM"),
+                                                   "chromium", "chromium-browser",
+                                                   "google-chrome"))
+    ptxas = shutil.which("ptxas") or os.path.exists("/usr/local/bin/ptxas")
+    mpiexec = os.path.exists(os.path.join(os.path.dirname(sys.executable), "mpiexec")) or \
+        shutil.which("mpiexec")
+    return [
+        ("GPU", gc.cuda.is_available(), "GPU execution tests (PTX is still checked)"),
+        ("ptxas", bool(ptxas), "PTX assembly checks (CUDA toolkit or nvidia-cuda-nvcc)"),
+        ("Chromium", chromium, "viewer browser tests (apt-get install chromium)"),
+        ("graphviz dot", bool(shutil.which("dot")), "SVG/PNG drawings (apt-get install "
+                                                    "graphviz)"),
+        ("MPI", has("mpi4py") and bool(mpiexec),
+         "distributed tests (extra 'distributed')"),
+        ("onnx + onnxruntime", has("onnx") and has("onnxruntime"),
+         "ONNX tests (extras 'onnx', 'test')"),
+        ("torch + transformers", has("torch") and has("transformers"),
+         "exported-model tests (extra 'export')"),
+    ]
+
+
+def pytest_sessionstart(session):
+    """Say at the top of the run (even with -q) which optional parts are missing, and
+    what therefore skips; -rs lists each skip's reason at the end."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return
+    missing = [f"  {name}: missing; skipped: {what}"
+               for name, present, what in _optional_parts() if not present]
+    if not missing:
+        reporter.write_line("optional parts: all present")
+        return
+    reporter.write_line("optional parts missing (their tests skip; the reasons are listed "
+                        "at the end):")
+    for line in missing:
+        reporter.write_line(line)
+
+
 @pytest.fixture
 def graph():
     g = gc.Graph("test")

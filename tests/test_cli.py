@@ -25,6 +25,12 @@ MODEL = textwrap.dedent("""
     def outputs():
         x = gc.placeholder((4, 3), name="x")
         return gc.relu(x * 2.0 + 0.0).sum(axis=1)
+
+    def symbolic():
+        x = gc.placeholder(("batch", 30), name="x")
+        w = gc.variable(np.ones((30, 20), np.float32), name="w")
+        h = gc.tanh(x @ w)
+        return gc.compile({"y": gc.softmax(h @ gc.transpose(w)).sum(axis=1)})
 """)
 
 
@@ -133,3 +139,29 @@ def test_viz_html_and_memory(workdir):
     assert page.startswith("<!DOCTYPE html>") and page.count("<svg") == 2 and "Memory plan" in page
     r = graphc("viz", "model.py:trained", "--memory", "-o", "mem.svg", cwd=workdir)
     assert r.returncode == 0 and "arena" in (workdir / "mem.svg").read_text()
+
+
+def test_viz_memory_of_a_symbolic_artifact(workdir):
+    """A program of symbolic batch draws its memory plan at a size the user gives, or at
+    a typical size, and says which on the picture."""
+    import re
+    r = graphc("compile", "model.py:symbolic", "-o", "sym.gcx", cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    r = graphc("viz", "sym.gcx", "--memory", "-o", "sym.svg", cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    typical = (workdir / "sym.svg").read_text()
+    assert "drawn at batch=64 (typical)" in typical
+    r = graphc("viz", "sym.gcx", "--memory", "--size", "batch=1000", "-o", "big.svg",
+               cwd=workdir)
+    assert r.returncode == 0, r.stderr
+    big = (workdir / "big.svg").read_text()
+    assert "drawn at batch=1000;" in big
+
+    def arena(text):
+        return int(re.search(r"arena (\d+) bytes", text).group(1))
+    assert arena(big) > arena(typical) > 0
+    r = graphc("viz", "sym.gcx", "--memory", "--size", "n=3", "-o", "x.svg", cwd=workdir)
+    assert r.returncode == 2 and "no symbolic size named 'n'" in r.stderr
+    r = graphc("viz", "sym.gcx", "--memory", "--size", "batch=zero", "-o", "x.svg",
+               cwd=workdir)
+    assert r.returncode == 2 and "--size wants NAME=N" in r.stderr
