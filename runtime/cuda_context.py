@@ -5,18 +5,33 @@ from __future__ import annotations
 from .errors import DeviceError
 
 
+def nvidia_driver_present() -> bool:
+    """Whether this machine has an NVIDIA driver (its device nodes or libcuda), asked
+    without pycuda."""
+    import ctypes.util
+    import os
+    return os.path.exists("/dev/nvidiactl") or os.path.exists("/dev/nvidia0") or \
+        ctypes.util.find_library("cuda") is not None
+
+
 def _driver():
     try:
         import pycuda.driver as drv
     except ImportError as e:
-        raise DeviceError(f"running on CUDA needs pycuda (the 'cuda' extra): {e}") from None
+        if not nvidia_driver_present():
+            raise DeviceError("no GPU is present: this machine has no NVIDIA driver or "
+                              "device, so a program compiled for device='cuda' cannot run "
+                              "here (compile it for device='cpu')") from None
+        raise DeviceError(f"running on CUDA needs pycuda (the 'cuda' extra: pip install "
+                          f"'graphc[cuda]'): {e}") from None
     try:
         drv.init()
         count = drv.Device.count()
     except Exception as e:                         # pycuda raises its own error types
         raise DeviceError(f"no usable CUDA driver: {e}") from None
     if count == 0:
-        raise DeviceError("no CUDA device is present")
+        raise DeviceError("no GPU is present: the CUDA driver reports no device, so a "
+                          "program compiled for device='cuda' cannot run here")
     return drv
 
 

@@ -21,5 +21,17 @@ class DeviceArray:
         finally:
             ctx.pop()
 
+    def host_view(self) -> np.ndarray:
+        """The array itself, read-only, for an array on the CPU (no copy)."""
+        if self.device != "cpu":
+            raise TypeError(f"{self!r} is not on the CPU: .numpy() copies it there")
+        view = self._data.view()
+        view.flags.writeable = False
+        return view
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype, copy=False)
+
     def __repr__(self) -> str:
         return f"DeviceArray({self.dtype}{list(self.shape)} on {self.device})"

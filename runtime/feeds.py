@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .device_array import DeviceArray
 from .dims import is_symbolic
 from .errors import FeedError
 
@@ -12,6 +13,8 @@ def check_array(label: str, value, shape: tuple, np_dtype: np.dtype, dtype_name:
     """`value` as an ndarray if it has exactly `shape` and `np_dtype`, else FeedError."""
     if isinstance(value, np.generic):
         value = np.asarray(value)
+    elif isinstance(value, DeviceArray):        # the CPU's own, or copied from a GPU
+        value = value.host_view() if value.device == "cpu" else value.numpy()
     if not isinstance(value, np.ndarray):
         raise FeedError(f"input {label!r}: expected a numpy array {type_str}, got "
                         f"{type(value).__name__}")
