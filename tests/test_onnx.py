@@ -440,3 +440,50 @@ def test_scan_with_axes_and_directions():
     got, want = gonnx.compile(m)(**feeds), _ort(m, feeds)
     np.testing.assert_allclose(got["s"], want[0], rtol=1e-5)
     np.testing.assert_allclose(got["y"], want[1], rtol=1e-5)
+
+
+def _shared_ones_model():
+    """Two LayerNorm-like scalings whose weights an exporter merged into one initializer
+    of ones (read by two nodes), and a BatchNormalization with running statistics."""
+    ones = numpy_helper.from_array(np.ones(4, np.float32), "ln.weight")
+    stats = [numpy_helper.from_array(v, n) for v, n in (
+        (np.full(4, 0.5, np.float32), "bn.scale"), (np.zeros(4, np.float32), "bn.bias"),
+        (np.full(4, 0.1, np.float32), "bn.mean"), (np.full(4, 2.0, np.float32), "bn.var"))]
+    nodes = [helper.make_node("Mul", ["x", "ln.weight"], ["a"]),
+             helper.make_node("Tanh", ["a"], ["t"]),
+             helper.make_node("Mul", ["t", "ln.weight"], ["b"]),
+             helper.make_node("Unsqueeze", ["b", "axes"], ["b4"]),
+             helper.make_node("BatchNormalization",
+                              ["b4", "bn.scale", "bn.bias", "bn.mean", "bn.var"], ["n4"]),
+             helper.make_node("Squeeze", ["n4", "axes"], ["y"])]
+    axes = numpy_helper.from_array(np.array([2, 3], np.int64), "axes")
+    return _model(nodes, [_vi("x", [3, 4])], [_vi("y", [3, 4])], [ones, axes] + stats)
+
+
+def test_shared_initializers_are_untied_for_training(rng):
+    """Each node reading a merged initializer trains its own copy (the layers were
+    separate parameters), with its own gradient; tie_shared=True keeps one."""
+    model = _shared_ones_model()
+    imported = gonnx.import_model(model, trainable=True)
+    assert set(imported.params) == {"ln.weight", "ln.weight.1", "bn.scale", "bn.bias"}
+    x = rng.normal(size=(3, 4)).astype(np.float32)
+    with imported.graph:
+        loss = (imported.outputs["y"] ** 2).sum()
+        names = sorted(imported.params)
+        grads = gc.grad(loss, [imported.params[n] for n in names])
+        got = dict(zip(names, gc.evaluate(grads, {"x": x})))
+    # by hand: y = bn(tanh(x * w0) * w1), bn(v) = (v - 0.1) / sqrt(2 + 1e-5) * 0.5
+    s = 0.5 / np.sqrt(2.0 + 1e-5)
+    t = np.tanh(x)
+    y = (t - 0.1) * s
+    dy = 2 * y
+    np.testing.assert_allclose(got["ln.weight.1"], (dy * s * t).sum(axis=0), rtol=1e-5)
+    np.testing.assert_allclose(got["ln.weight"], (dy * s * (1 - t * t) * x).sum(axis=0),
+                               rtol=1e-5)
+    tied = gonnx.import_model(model, trainable=True, tie_shared=True)
+    assert set(tied.params) == {"ln.weight", "bn.scale", "bn.bias"}
+    # the statistics are constants: an optimizer never touches them
+    assert not {"bn.mean", "bn.var"} & set(imported.params)
+    with imported.graph:
+        exe = gc.compile(imported.outputs["y"], inputs=[imported.inputs["x"]])
+    np.testing.assert_allclose(exe(x), y, rtol=1e-5, atol=1e-6)

@@ -151,7 +151,8 @@ class Context:
 
 
 def import_model(model_or_path, trainable: bool = False, input_shapes: dict | None = None,
-                 input_values: dict | None = None, symbolic: bool = True) -> ImportedModel:
+                 input_values: dict | None = None, symbolic: bool = True,
+                 tie_shared: bool = False) -> ImportedModel:
     """Import an ONNX model. Initializers become constants, or variables (`.params`) with
     `trainable=True` (floating-point ones) so the model can be fine-tuned with gc.grad and
     gc.optim. An input's symbolic dims ("batch_size", or unnamed) become graphc's symbolic
@@ -159,7 +160,13 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
     concrete size raises NeedsInputShapes, as does any symbolic dim with `symbolic=False`.
     `input_shapes` ({input name: shape}) fixes inputs' sizes; `input_values` ({input name:
     array}) makes inputs constants of the graph (they are then not among `.inputs`), for
-    shape-determining inputs (NeedsInputValues)."""
+    shape-determining inputs (NeedsInputValues).
+
+    With `trainable=True`, an initializer that several nodes read becomes one variable per
+    reading node (`name`, `name.1`, `name.2`...): exporters merge initializers that are
+    equal (every LayerNorm's weight of ones), and the layers they came from were separate
+    parameters; `tie_shared=True` keeps one variable for all. BatchNormalization's running
+    mean and variance stay constants (inference statistics, not parameters)."""
     onnx = _onnx()
     model = load(model_or_path)
     if not trainable:                    # trainable: keep the statistics as they are
@@ -182,6 +189,16 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
     env: dict = {}
     params, inputs = {}, {}
     initialized = set()
+    reads = {}                            # initializer name -> top-level nodes reading it
+    statistics = set()                    # BatchNormalization's running mean and variance
+    for node in model.graph.node:
+        for k, name in enumerate(node.input):
+            reads[name] = reads.get(name, 0) + 1
+            if node.op_type == "BatchNormalization" and k in (3, 4):
+                statistics.add(name)
+    statistics -= {n.input[k] for n in model.graph.node if n.op_type != "BatchNormalization"
+                   for k in range(len(n.input))}
+    untied = {}                           # shared name -> {"value", "readers" so far}
     with graph:
         for init in model.graph.initializer:
             try:
@@ -194,9 +211,11 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
                 arr = odt.wrap(arr, init.data_type)
                 ctx.narrow[init.name] = init.data_type
             initialized.add(init.name)
-            if trainable and arr.dtype.kind == "f":
+            if trainable and arr.dtype.kind == "f" and init.name not in statistics:
                 v = gc.variable(arr, name=init.name)
                 env[init.name] = params[init.name] = v
+                if not tie_shared and reads.get(init.name, 0) > 1:
+                    untied[init.name] = {"value": arr, "readers": 0}
             else:
                 env[init.name] = arr
         shapes = dict(input_shapes or {})
@@ -246,6 +265,7 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
                               f"not inputs of the model ({', '.join(inputs) or 'none'})")
         try:
             for node in model.graph.node:
+                _untie(node, env, params, untied)
                 _convert_node(ctx, node, env)
         except Undecidable as e:
             if not symbolic_inputs:
@@ -266,8 +286,31 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
     return ImportedModel(graph, inputs, outputs, params, opset, onnx_dtypes)
 
 
+# integer attributes that ONNX's C++ shape inference divides by: at 0 or below, onnx
+# 1.17 dies of SIGFPE (strides of Conv and the pools); such a model is refused by the
+# converters with a ModelError instead, so inference is not run on it
+_DIVISOR_ATTRIBUTES = ("strides", "dilations", "kernel_shape", "group", "blocksize")
+
+
+def _inference_safe(graph) -> bool:
+    """No node (in subgraphs too) has a divisor attribute below 1."""
+    for node in graph.node:
+        for a in node.attribute:
+            if a.name in _DIVISOR_ATTRIBUTES and (any(v < 1 for v in a.ints) or
+                                                  a.type == a.INT and a.i < 1):
+                return False
+            if a.type == a.GRAPH and not _inference_safe(a.g):
+                return False
+            if a.type == a.GRAPHS and not all(_inference_safe(g) for g in a.graphs):
+                return False
+    return True
+
+
 def _inferred_types(model) -> dict:
-    """Element types of the model's values by ONNX shape inference ({} where it fails)."""
+    """Element types of the model's values by ONNX shape inference ({} where it fails,
+    or where the model holds values that crash it)."""
+    if not _inference_safe(model.graph):
+        return {}
     try:
         import onnx
         inferred = onnx.shape_inference.infer_shapes(model)
@@ -343,6 +386,19 @@ def _convert_node(ctx, node, env, depth: int = 0):
 # index past a list): the model is malformed, and the error names the node
 _MALFORMED = (ArithmeticError, IndexError, KeyError, ValueError, TypeError, MemoryError,
               OverflowError, RecursionError)
+
+
+def _untie(node, env, params, untied) -> None:
+    """Point each shared initializer `node` reads at a variable of this node's own: the
+    first reading node keeps `name`, later ones get `name.1`, `name.2`..."""
+    for name in dict.fromkeys(node.input):
+        if name not in untied:
+            continue
+        entry = untied[name]
+        if entry["readers"]:
+            fresh = f"{name}.{entry['readers']}"
+            env[name] = params[fresh] = gc.variable(entry["value"].copy(), name=fresh)
+        entry["readers"] += 1
 
 
 def _converted(ctx, convert, args, attrs) -> list:
