@@ -51,14 +51,20 @@ def describe_program(program, plan, lowered, target: dict, code: dict, structure
         "constants": [[list(b.shape), b.dtype] for b, _ in lowered.constants],
         "graph_name": program.graph.name,
     }
+    # the graphs refer to their arrays' bytes, kept once each in a section "tensor/<sha>"
+    # (saving drops those whose bytes a constant or variable section already holds)
+    tensors: dict = {}
+    graph_json = graph_dumps(program.graph, program.roots(), include_variables=False,
+                             tensors=tensors).encode()
+    source_json = graph_dumps(source.graph, source.roots(), include_variables=False,
+                              tensors=tensors).encode() if source is not None else None
     sections = {
         **code,
         # variable values live in their own sections
-        "graph.json": graph_dumps(program.graph, program.roots(), include_variables=False).encode(),
+        "graph.json": graph_json,
         # the graph as the user built it (before the passes), for the viewer
-        **({"source_graph.json": graph_dumps(source.graph, source.roots(),
-                                             include_variables=False).encode()}
-           if source is not None else {}),
+        **({"source_graph.json": source_json} if source_json is not None else {}),
+        **{f"tensor/{digest}": raw for digest, raw in tensors.items()},
         "fusion.json": json.dumps({"groups": groups,
                                    "outputs": [o.id for o in program.outputs],
                                    "updates": [[n, v.id] for n, v in program.updates]}).encode(),

@@ -51,16 +51,19 @@ def _at_display_size(obj, env: dict):
 
 def _attr_text(value) -> str:
     """A short readable form of an attribute value (arrays as their type and a few values)."""
-    if isinstance(value, dict) and "__ndarray__" in value:
+    def is_array(v):          # inline bytes, or a reference to an artifact's tensor
+        return isinstance(v, dict) and ("__ndarray__" in v or "__tensor__" in v)
+    if is_array(value):
         shape = value.get("shape", [])
         n = sym.prod(shape) if shape else 1
         return f"array {SHORT.get(value.get('dtype'), value.get('dtype'))}{list(shape)}" + \
             (" (scalar)" if n == 1 else "")
+    if isinstance(value, dict) and "__tuple__" in value and \
+            any(is_array(v) for v in value["__tuple__"]):
+        return "(" + ", ".join(_attr_text(v) for v in value["__tuple__"]) + ")"
     if isinstance(value, dict) and ("__tuple__" in value or "__float__" in value):
         from .ir.serialize import _decode
         value = _decode(value)
-        if isinstance(value, tuple) and any(isinstance(v, np.ndarray) for v in value):
-            return "(" + ", ".join(_attr_text(v) for v in value) + ")"
     text = value if isinstance(value, str) else repr(value) \
         if isinstance(value, (tuple, float)) else json.dumps(value)
     return text if len(text) <= 120 else text[:117] + "..."

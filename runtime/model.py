@@ -1,6 +1,8 @@
 """Loading and saving artifacts, and the Model they load as (no compiler needed)."""
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from . import artifact, plan_digest
@@ -147,6 +149,18 @@ class Model:
                                 f"{', '.join(s[5:] for s in self._sections if s.startswith('dump/'))}")
         return blob.decode()
 
+    def tensor_bytes(self, digest: str) -> bytes | None:
+        """The bytes a graph's array reference names (by SHA-256): a "tensor/" section,
+        or a constant's section holding the same bytes; None if absent."""
+        blob = self._sections.get(f"tensor/{digest}")
+        if blob is not None:
+            return blob
+        for name, rec in self.manifest.get("sections", {}).items():
+            if name.startswith("constant/") and isinstance(rec, dict) and \
+                    rec.get("sha256") == digest:
+                return self._sections.get(name)
+        return None
+
     def graph_json(self) -> str:
         """The optimized graph, as graphc.ir.serialize writes it."""
         return self._sections["graph.json"].decode()
@@ -205,10 +219,16 @@ def stamp_code(manifest: dict, sections: dict) -> dict:
 
 def save_program(path: str, manifest: dict, static_sections: dict, variables: dict,
                  constants: list, key=None) -> None:
-    """Write an artifact from a compiled program's parts (used by graphc's Executable)."""
+    """Write an artifact from a compiled program's parts (used by graphc's Executable).
+    Each tensor's bytes are stored once: a graph's array whose bytes a constant's section
+    already holds is not stored again (its reference finds them there)."""
     sections = dict(static_sections)
     for name, value in variables.items():
         sections[f"variable/{name}"] = array_bytes(value)
     for k, c in enumerate(constants):
         sections[f"constant/{k}"] = array_bytes(c)
+    held = {hashlib.sha256(data).hexdigest() for name, data in sections.items()
+            if name.startswith("constant/")}          # (variables change; constants do not)
+    sections = {name: data for name, data in sections.items()
+                if not (name.startswith("tensor/") and name[7:] in held)}
     artifact.write(path, manifest, stamp_code(manifest, sections), key=key)
