@@ -54,18 +54,23 @@ class Profile:
         return self.profiled_ms / self.normal_ms - 1 if self.normal_ms else 0.0
 
     def table(self) -> str:
-        """The kernels sorted by time: kernel, kind, fused ops, ms per call, %, rate."""
-        lines = [f"{'kernel':24} {'kind':10} {'ms':>9} {'%':>6} {'GB/s':>8} {'GFLOP/s':>8}  "
-                 f"fused ops"]
+        """The kernels sorted by time: kernel, kind, ms per call (wall), of which running
+        and waiting for a CPU, %, rates while running, fused ops."""
+        lines = [f"{'kernel':24} {'kind':10} {'ms':>9} {'run ms':>9} {'wait ms':>9} "
+                 f"{'%':>6} {'GB/s':>8} {'GFLOP/s':>8}  fused ops"]
         for r in self.rows:
             gflops = f"{r['gflops']:8.1f}" if r["flops"] else f"{'-':>8}"
             ops = ", ".join(r["ops"])
             lines.append(f"{r['kernel'][:24]:24} {r['kind'][:10]:10} {r['ms']:9.3f} "
+                         f"{r['running_ms']:9.3f} {r['waiting_ms']:9.3f} "
                          f"{r['percent']:5.1f}% {r['gbps']:8.2f} {gflops}  "
                          f"{ops[:60] + ('...' if len(ops) > 60 else '')}")
         total = sum(r["ms"] for r in self.rows)
-        lines.append(f"{len(self.rows)} kernels, {total:.3f} ms of kernels per call; a call "
-                     f"takes {self.normal_ms:.3f} ms (profiling build {self.profiled_ms:.3f} "
+        waiting = sum(r["waiting_ms"] for r in self.rows)
+        lines.append(f"{len(self.rows)} kernels, {total:.3f} ms of kernels per call, "
+                     f"{waiting:.3f} ms of it waiting for a CPU (the machine is busy where "
+                     f"this is large; rates are per running time); a call takes "
+                     f"{self.normal_ms:.3f} ms (profiling build {self.profiled_ms:.3f} "
                      f"ms); limits: copy {self.limits['copy_GBps']:.1f} GB/s, GEMM "
                      f"{self.limits['gemm_GFLOPs']:.0f} GFLOP/s")
         return "\n".join(lines)
@@ -137,6 +142,7 @@ def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwarg
         normal.run(args, kwargs)
     normal_ms = (time.perf_counter() - t) / repeat * 1e3
     totals = np.zeros(len(kernels))
+    running = np.zeros(len(kernels))       # CPU time on the kernel's critical thread
     events, origin, threads = [], None, set()
     wall = 0.0
     for call in range(repeat):
@@ -150,31 +156,49 @@ def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwarg
         if origin is None:
             origin = int(kern[kern > 0].min()) if (kern > 0).any() else 0
         for k, meta in enumerate(kernels):
-            start, end = int(kern[k, 0]), int(kern[k, 1])
+            start, end, kernel_cpu = int(kern[k, 0]), int(kern[k, 1]), int(kern[k, 2])
             args_ = {"kind": meta["kind"], "ops": ", ".join(compact_ops(meta["ops"])),
                      "bytes": meta["read"] + meta["written"], "call": call}
-            ran = [(c, int(c0), int(c1), int(thread))
-                   for c, (c0, c1, thread) in enumerate(chunks[k]) if c0 and c1 >= c0]
+            ran = [(c, int(c0), int(c1), int(thread), int(cpu))
+                   for c, (c0, c1, thread, cpu) in enumerate(chunks[k]) if c0 and c1 >= c0]
+            # running: the CPU time of its longest-running thread (what the kernel takes
+            # on CPUs of its own); the rest of its wall time it waited for a CPU
+            ran_ns = max((cpu for *_, cpu in ran), default=kernel_cpu)
             if start == 0 or end < start:
                 # a follower run in the previous kernel's chunks (chained): its longest
                 # chunk is its time, taken out of the previous kernel's
                 if not ran or k == 0:
                     continue
-                longest = max(c1 - c0 for _, c0, c1, _ in ran)
+                longest = max(c1 - c0 for _, c0, c1, _, _ in ran)
                 totals[k] += longest
                 totals[k - 1] -= longest
+                ran_ns = min(ran_ns, longest)
+                running[k] += ran_ns
+                running[k - 1] = max(running[k - 1] - ran_ns, 0)
                 args_["chained"] = True
             else:
                 totals[k] += end - start
+                ran_ns = min(max(ran_ns, 0), end - start)
+                running[k] += ran_ns
                 events.append({"name": meta["name"], "cat": meta["kind"], "ph": "X",
                                "pid": 1, "tid": 0, "ts": (start - origin) / 1e3,
-                               "dur": (end - start) / 1e3, "args": args_})
-            for c, c0, c1, thread in ran:
+                               "dur": (end - start) / 1e3,
+                               "args": dict(args_, running_ms=ran_ns / 1e6,
+                                            waiting_ms=(end - start - ran_ns) / 1e6)})
+            for c, c0, c1, thread, cpu in ran:
                 tid = 1 + (thread if thread >= 0 else c)
                 threads.add(tid)
+                if start and c0 > start:          # the thread got to its chunk late
+                    events.append({"name": f"waiting for a CPU: {meta['name']}",
+                                   "cat": "waiting", "ph": "X", "pid": 1, "tid": tid,
+                                   "ts": (start - origin) / 1e3, "dur": (c0 - start) / 1e3,
+                                   "args": dict(args_, chunk=c)})
+                cpu = min(max(cpu, 0), c1 - c0)
                 events.append({"name": f"{meta['name']} [chunk {c}]", "cat": meta["kind"],
                                "ph": "X", "pid": 1, "tid": tid, "ts": (c0 - origin) / 1e3,
-                               "dur": (c1 - c0) / 1e3, "args": dict(args_, chunk=c)})
+                               "dur": (c1 - c0) / 1e3,
+                               "args": dict(args_, chunk=c, running_ms=cpu / 1e6,
+                                            waiting_ms=(c1 - c0 - cpu) / 1e6)})
     names = [{"name": "thread_name", "ph": "M", "pid": 1, "tid": 0,
               "args": {"name": "step (kernels in order)"}}] + \
         [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t,
@@ -183,13 +207,15 @@ def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwarg
     rows = []
     for k, meta in enumerate(kernels):
         ms = totals[k] / repeat / 1e6
+        run_ms = min(running[k] / repeat / 1e6, ms)
         moved = meta["read"] + meta["written"]
-        seconds = ms / 1e3
+        seconds = (run_ms if run_ms > 0 else ms) / 1e3
         gbps = moved / seconds / 1e9 if seconds > 0 else 0.0
         gflops = meta.get("flops", 0) / seconds / 1e9 if seconds > 0 else 0.0
         rows.append({"kernel": meta["name"], "kind": meta["kind"],
                      "ops": compact_ops(meta["ops"]),
-                     "ms": ms, "percent": 100 * totals[k] / total, "bytes": moved,
+                     "ms": ms, "running_ms": run_ms, "waiting_ms": max(ms - run_ms, 0.0),
+                     "percent": 100 * totals[k] / total, "bytes": moved,
                      "flops": meta.get("flops", 0), "gbps": gbps, "gflops": gflops,
                      "fraction_of_bandwidth": gbps / limits["copy_GBps"],
                      "fraction_of_gemm": gflops / limits["gemm_GFLOPs"] if meta.get("flops")
@@ -228,7 +254,8 @@ def profile_cuda(program, manifest: dict, repeat: int, args: tuple, kwargs: dict
         ms = ms_total / repeat
         moved = m["read"] + m["written"]
         rows.append({"kernel": name, "kind": m["kind"], "ops": compact_ops(m["ops"]) if
-                     m["ops"] else [], "ms": ms, "percent": 100 * ms_total / total,
+                     m["ops"] else [], "ms": ms, "running_ms": ms, "waiting_ms": 0.0,
+                     "percent": 100 * ms_total / total,
                      "bytes": moved, "flops": m.get("flops", 0),
                      "gbps": moved / (ms / 1e3) / 1e9 if ms > 0 else 0.0,
                      "gflops": m.get("flops", 0) / (ms / 1e3) / 1e9 if ms > 0 else 0.0})

@@ -1,6 +1,7 @@
 """The kernel profiler: a profiling build with native timestamps, its report, the Chrome
 trace, `graphc profile` on an artifact, and a normal build that carries none of it."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -113,3 +114,51 @@ def test_overhead_benchmark_runs(capsys):
     assert [r["workload"][:2] for r in rows] == ["W5", "W8", "W1"]
     assert all(r["normal_ms"] > 0 and r["profiled_ms"] > 0 for r in rows)
     assert "ratio" in capsys.readouterr().out
+
+
+LOADED = r"""
+import os, sys, time, multiprocessing as mp, numpy as np, graphc as gc
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})   # one CPU, shared with a spinner
+
+def spin():
+    while True:
+        pass
+
+with gc.Graph():
+    x = gc.placeholder((4096, 4096), name="x")       # a kernel of several time slices
+    exe = gc.compile(gc.tanh(gc.exp(x) * 0.5).sum(axis=1), num_threads=1)
+data = np.random.default_rng(0).standard_normal((4096, 4096)).astype(np.float32)
+quiet = exe.profile(3, x=data)
+spinner = mp.get_context("fork").Process(target=spin, daemon=True)
+spinner.start()
+time.sleep(0.2)
+try:
+    loaded = exe.profile(6, x=data)
+finally:
+    spinner.kill()
+for name, p in (("quiet", quiet), ("loaded", loaded)):
+    ms = sum(r["ms"] for r in p.rows)
+    run = sum(r["running_ms"] for r in p.rows)
+    wait = sum(r["waiting_ms"] for r in p.rows)
+    print(name, ms, run, wait)
+print(loaded.table())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_waiting_for_a_cpu_is_shown_apart_from_running():
+    """With a busy process on the same CPU, a kernel's wall time is about half waiting:
+    the profile says so instead of counting it as kernel time (its rates are per running
+    time)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", LOADED], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    figures = {line.split()[0]: [float(v) for v in line.split()[1:]]
+               for line in out.stdout.splitlines() if line.startswith(("quiet ", "loaded "))}
+    for ms, run, wait in figures.values():
+        assert abs(run + wait - ms) < 1e-6 * max(ms, 1) + 1e-9
+    ms, run, wait = figures["loaded"]
+    assert wait > 0.2 * ms, out.stdout                 # shared one CPU with a spinner
+    assert "wait ms" in out.stdout and "waiting for a CPU" in out.stdout

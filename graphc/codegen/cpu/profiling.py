@@ -4,9 +4,14 @@ kernel split across threads, written to globals that the runtime reads after a c
 The normal build has none of this code.
 
     graphc_profile_shape   [2 x i64]          kernels K, chunks per kernel C
-    graphc_profile_kernels [2K x i64]         start, end of kernel k
-    graphc_profile_chunks  [3KC x i64]        start, end, thread of chunk c of kernel k
-                                              (0 where the chunk did not run on a team)
+    graphc_profile_kernels [4K x i64]         start, end of kernel k, and the calling
+                                              thread's CPU time spent in it
+    graphc_profile_chunks  [4KC x i64]        start, end, thread of chunk c of kernel k
+                                              (0 where the chunk did not run on a team),
+                                              and the CPU time its thread spent in it
+
+CPU time is CLOCK_THREAD_CPUTIME_ID: what a thread ran, not what it waited for a CPU, so
+on a busy machine the report can show waiting apart from running.
 """
 from __future__ import annotations
 
@@ -15,16 +20,19 @@ import llvmlite.ir as ir
 from .types import I8, I32, I64
 
 CLOCK_MONOTONIC = 1          # Linux
+CLOCK_THREAD_CPUTIME_ID = 3
+KERNEL_FIELDS, CHUNK_FIELDS = 4, 4
 
 
 class Profiling:
     def __init__(self, module: ir.Module, kernels: int, chunks: int):
         self.module, self.kernels, self.chunks = module, kernels, max(chunks, 1)
         self.shape = self._array("graphc_profile_shape", [kernels, self.chunks])
-        self.starts = self._array("graphc_profile_kernels", [0] * (2 * max(kernels, 1)))
+        self.starts = self._array("graphc_profile_kernels",
+                                  [0] * (KERNEL_FIELDS * max(kernels, 1)))
         self.chunk_times = self._array("graphc_profile_chunks",
-                                       [0] * (3 * max(kernels, 1) * self.chunks))
-        self._now = None
+                                       [0] * (CHUNK_FIELDS * max(kernels, 1) * self.chunks))
+        self._clocks = {}
 
     def _array(self, name, values):
         ty = ir.ArrayType(I64, len(values))
@@ -34,37 +42,54 @@ class Profiling:
 
     def now(self, b: ir.IRBuilder):
         """i64 nanoseconds of CLOCK_MONOTONIC."""
-        if self._now is None:
+        return b.call(self._clock("graphc_profile_now", CLOCK_MONOTONIC), [])
+
+    def cpu(self, b: ir.IRBuilder):
+        """i64 nanoseconds of CPU time of the calling thread."""
+        return b.call(self._clock("graphc_profile_cpu", CLOCK_THREAD_CPUTIME_ID), [])
+
+    def _clock(self, name: str, clock_id: int) -> ir.Function:
+        if name not in self._clocks:
             i8p = ir.PointerType(I8)
-            clock = ir.Function(self.module, ir.FunctionType(I32, [I32, i8p]), "clock_gettime")
-            fn = ir.Function(self.module, ir.FunctionType(I64, []), "graphc_profile_now")
+            clock = self.module.globals.get("clock_gettime") or ir.Function(
+                self.module, ir.FunctionType(I32, [I32, i8p]), "clock_gettime")
+            fn = ir.Function(self.module, ir.FunctionType(I64, []), name)
             fn.linkage = "internal"
             fb = ir.IRBuilder(fn.append_basic_block("entry"))
             ts = fb.alloca(ir.ArrayType(I64, 2))
-            fb.call(clock, [ir.Constant(I32, CLOCK_MONOTONIC), fb.bitcast(ts, i8p)])
+            fb.call(clock, [ir.Constant(I32, clock_id), fb.bitcast(ts, i8p)])
             sec = fb.load(fb.gep(ts, [ir.Constant(I32, 0), ir.Constant(I32, 0)]))
             nsec = fb.load(fb.gep(ts, [ir.Constant(I32, 0), ir.Constant(I32, 1)]))
             fb.ret(fb.add(fb.mul(sec, ir.Constant(I64, 1_000_000_000)), nsec))
-            self._now = fn
-        return b.call(self._now, [])
+            self._clocks[name] = fn
+        return self._clocks[name]
 
     def _store(self, b, array, index, value):
         b.store(value, b.gep(array, [ir.Constant(I32, 0), index]))
 
     def kernel_start(self, b, k: int) -> None:
-        self._store(b, self.starts, ir.Constant(I64, 2 * k), self.now(b))
+        at = KERNEL_FIELDS * k
+        self._store(b, self.starts, ir.Constant(I64, at + 2), b.sub(ir.Constant(I64, 0),
+                                                                    self.cpu(b)))
+        self._store(b, self.starts, ir.Constant(I64, at), self.now(b))
 
     def kernel_end(self, b, k: int) -> None:
-        self._store(b, self.starts, ir.Constant(I64, 2 * k + 1), self.now(b))
+        at = KERNEL_FIELDS * k
+        self._store(b, self.starts, ir.Constant(I64, at + 1), self.now(b))
+        slot = b.gep(self.starts, [ir.Constant(I32, 0), ir.Constant(I64, at + 2)])
+        b.store(b.add(b.load(slot), self.cpu(b)), slot)       # -cpu0 + cpu1
 
     def chunk(self, b, k: int, chunk, thread, run) -> None:
         """Time `run()` as chunk `chunk` (an i64 value) of kernel k on `thread` (i64)."""
         base = b.mul(b.add(b.mul(ir.Constant(I64, k), ir.Constant(I64, self.chunks)), chunk),
-                     ir.Constant(I64, 3))
+                     ir.Constant(I64, CHUNK_FIELDS))
+        cpu0 = self.cpu(b)
         self._store(b, self.chunk_times, base, self.now(b))
         run()
         self._store(b, self.chunk_times, b.add(base, ir.Constant(I64, 1)), self.now(b))
         self._store(b, self.chunk_times, b.add(base, ir.Constant(I64, 2)), thread)
+        self._store(b, self.chunk_times, b.add(base, ir.Constant(I64, 3)),
+                    b.sub(self.cpu(b), cpu0))
 
     def follower(self, b, k: int, thread, run) -> None:
         """Time `run()`, one block of a chained follower (see kernels/chaining.py), into
@@ -75,12 +100,14 @@ class Profiling:
         chunk = b.select(b.icmp_signed(">=", chunk, ir.Constant(I64, self.chunks)),
                          ir.Constant(I64, 0), chunk)
         base = b.mul(b.add(b.mul(ir.Constant(I64, k), ir.Constant(I64, self.chunks)), chunk),
-                     ir.Constant(I64, 3))
+                     ir.Constant(I64, CHUNK_FIELDS))
         slot = lambda d: b.gep(self.chunk_times, [ir.Constant(I32, 0),
                                                   b.add(base, ir.Constant(I64, d))])
+        cpu0 = self.cpu(b)
         t0 = self.now(b)
         run()
         t1 = self.now(b)
+        b.store(b.add(b.load(slot(3)), b.sub(self.cpu(b), cpu0)), slot(3))
         first = b.load(slot(0))
         fresh = b.icmp_signed("==", first, ir.Constant(I64, 0))
         start = b.select(fresh, t0, first)
