@@ -14,6 +14,7 @@ def kernel_entries(program, plan, lowered) -> list:
     copy, collective), its fusion group, the ops it fuses, bytes read and written, flops."""
     from .kernels.kernel import kernel_flops, kernel_kind
     ops = {n.id: n.op for n in program.graph.nodes}
+    where = {n.id: n.loc for n in program.graph.nodes}
     groups = {g.id: g for g in plan.groups}
     out = []
     for kern, key, (name, read, written) in zip(lowered.kernels, lowered.kernel_groups,
@@ -24,8 +25,21 @@ def kernel_entries(program, plan, lowered) -> list:
                     "group": group.id if group is not None else None,
                     "ops": [ops[m] for m in sorted(group.members)] if group is not None
                     else ["copy"],
-                    "read": read, "written": written, "flops": kernel_flops(kern)})
+                    "read": read, "written": written, "flops": kernel_flops(kern),
+                    "sources": provenance([where.get(m) for m in sorted(group.members)])
+                    if group is not None else []})
     return out
+
+
+def provenance(locations, most: int = 6) -> list:
+    """The importer-declared origins (an ONNX model's nodes) among `locations`, in order,
+    at most `most` (file:line locations of Python code are left out)."""
+    out = []
+    for loc in locations:
+        if loc and not loc.rpartition(":")[2].isdigit() and loc not in out:
+            out.append(loc)
+    out.sort(key=lambda loc: " node " not in loc)          # the model's nodes first
+    return out[:most]
 
 
 def describe_program(program, plan, lowered, target: dict, code: dict, structure,

@@ -61,10 +61,12 @@ class Profile:
         for r in self.rows:
             gflops = f"{r['gflops']:8.1f}" if r["flops"] else f"{'-':>8}"
             ops = ", ".join(r["ops"])
+            sources = _sources_text(r.get("sources", []))
             lines.append(f"{r['kernel'][:24]:24} {r['kind'][:10]:10} {r['ms']:9.3f} "
                          f"{r['running_ms']:9.3f} {r['waiting_ms']:9.3f} "
                          f"{r['percent']:5.1f}% {r['gbps']:8.2f} {gflops}  "
-                         f"{ops[:60] + ('...' if len(ops) > 60 else '')}")
+                         f"{ops[:60] + ('...' if len(ops) > 60 else '')}"
+                         f"{'  <- ' + sources if sources else ''}")
         total = sum(r["ms"] for r in self.rows)
         waiting = sum(r["waiting_ms"] for r in self.rows)
         lines.append(f"{len(self.rows)} kernels, {total:.3f} ms of kernels per call, "
@@ -85,6 +87,14 @@ class Profile:
 
     def __repr__(self) -> str:
         return self.table()
+
+
+def _sources_text(sources: list) -> str:
+    """Where a kernel's nodes came from (an imported model's node names), shortened."""
+    if not sources:
+        return ""
+    text = ", ".join(sources[:2]) + (f" (+{len(sources) - 2} more)" if len(sources) > 2 else "")
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 VIEW_OPS = {"reshape", "transpose", "broadcast_in_dim", "slice", "constant", "convert",
@@ -213,7 +223,7 @@ def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwarg
         gbps = moved / seconds / 1e9 if seconds > 0 else 0.0
         gflops = meta.get("flops", 0) / seconds / 1e9 if seconds > 0 else 0.0
         rows.append({"kernel": meta["name"], "kind": meta["kind"],
-                     "ops": compact_ops(meta["ops"]),
+                     "ops": compact_ops(meta["ops"]), "sources": meta.get("sources", []),
                      "ms": ms, "running_ms": run_ms, "waiting_ms": max(ms - run_ms, 0.0),
                      "percent": 100 * totals[k] / total, "bytes": moved,
                      "flops": meta.get("flops", 0), "gbps": gbps, "gflops": gflops,

@@ -41,9 +41,12 @@ def format_node(node: Node, with_location: bool = False) -> str:
     notes = []
     if node.name and node.op not in ("parameter", "variable"):
         notes.append(node.name)
-    if with_location and node.loc:
+    if node.loc:
         path, _, line = node.loc.rpartition(":")
-        notes.append(f"{os.path.basename(path)}:{line}")
+        if not line.isdigit():         # an importer's provenance (an ONNX node): always
+            notes.append(node.loc)
+        elif with_location:
+            notes.append(f"{os.path.basename(path)}:{line}")
     if notes:
         text += "   # " + " ".join(notes)
     for k, v in node.attrs.items():           # a control node's bodies, nested

@@ -16,6 +16,10 @@ from . import (ops_control, ops_math, ops_nn, ops_pool, ops_quant,  # noqa: F401
 from .dtypes import dtype_of, to_array
 from graphc_runtime.dims import Undecidable, is_symbolic
 
+from graphc.ir.dtypes import to_numpy as dtypes_to_numpy
+from graphc.ir.source import located
+from graphc.tensor import bind_source
+
 from .errors import ModelError, NeedsInputShapes, NeedsInputValues, UnsupportedError
 from .limits import check_size
 
@@ -88,11 +92,15 @@ class ImportedModel:
 class Context:
     """What a converter sees: the node, the opset, and helpers for its operands."""
 
-    def __init__(self, graph, opset: int, inferred=None):
+    def __init__(self, graph, opset: int, inferred=None, label: str = "onnx"):
         self.graph, self.opset = graph, opset
         self.node = None
         self.narrow: dict = {}          # value name -> its narrow ONNX integer type
         self.inferred = dict(inferred or {})   # value name -> ONNX element type
+        self.label = label                     # the model file (or graph) nodes come from
+        self.where_outer = None                # the top-level node a function body inlines
+        self.initializers: dict = {}           # id(array) -> (array, initializer name)
+        self.named_constants: dict = {}        # initializer name -> its constant Tensor
         self.operand_types: list = []   # the current node's operands' narrow types (or None)
         self.env: dict = {}             # the values visible to the current node, by name
 
@@ -120,6 +128,17 @@ class Context:
                 parts = [gc.dim_size(d, dt) for d in arr.reshape(-1)]
                 flat = gc.stack(parts) if parts else gc.constant(np.zeros(0, np.int64))
                 return flat.reshape(arr.shape)
+        known = self.initializers.get(id(value))
+        if known is not None and known[0] is value and (dtype is None or
+                                                         arr.dtype == dtypes_to_numpy(dtype)):
+            name = known[1]              # an initializer: one constant, named after it
+            if name not in self.named_constants:
+                gc.ir.dtypes.canonical(arr.dtype)
+                with self.graph, located(f"{self.label} initializer {name!r}"):
+                    self.named_constants[name] = bind_source(
+                        "constant", self.graph, {"value": _frozen(arr)},
+                        name=self.graph.unique_name(name))
+            return self.named_constants[name]
         if dtype is not None:
             arr = arr.astype(gc.ir.dtypes.to_numpy(dtype))
         with self.graph:
@@ -184,7 +203,9 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
         raise UnsupportedError(f"the model's default-domain opset is {opset}; graphc imports "
                                f"opsets {OLDEST_OPSET} to {newest}")
     graph = gc.Graph(model.graph.name or "onnx")
-    ctx = Context(graph, opset, _inferred_types(model))
+    label = os.path.basename(os.fspath(model_or_path)) if isinstance(
+        model_or_path, (str, os.PathLike)) else (model.graph.name or "onnx")
+    ctx = Context(graph, opset, _inferred_types(model), label)
     onnx_dtypes: dict = {}
     env: dict = {}
     params, inputs = {}, {}
@@ -212,12 +233,15 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
                 ctx.narrow[init.name] = init.data_type
             initialized.add(init.name)
             if trainable and arr.dtype.kind == "f" and init.name not in statistics:
-                v = gc.variable(arr, name=init.name)
+                with located(f"{label} initializer {init.name!r}"):
+                    v = gc.variable(arr, name=init.name)
                 env[init.name] = params[init.name] = v
                 if not tie_shared and reads.get(init.name, 0) > 1:
-                    untied[init.name] = {"value": arr, "readers": 0}
+                    untied[init.name] = {"value": arr, "readers": 0,
+                                         "where": f"{label} initializer {init.name!r}"}
             else:
                 env[init.name] = arr
+                ctx.initializers[id(arr)] = (arr, init.name)
         shapes = dict(input_shapes or {})
         values = dict(input_values or {})
         symbolic_inputs: list = []
@@ -256,7 +280,9 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
                             f"{d.dim_param or '?'!r}; give its size with "
                             f"import_model(..., input_shapes={{{inp.name!r}: (...)}})",
                             [inp.name])
-            inputs[inp.name] = env[inp.name] = gc.placeholder(tuple(shape), dtype, name=inp.name)
+            with located(f"{label} input {inp.name!r}"):
+                inputs[inp.name] = env[inp.name] = gc.placeholder(tuple(shape), dtype,
+                                                                  name=inp.name)
         if values:
             raise GraphcError(f"input_values names {', '.join(map(repr, values))}, which are "
                               f"not inputs of the model ({', '.join(inputs) or 'none'})")
@@ -326,6 +352,19 @@ def _inferred_types(model) -> dict:
 def _convert_node(ctx, node, env, depth: int = 0):
     """Convert one ONNX node into env (its outputs by name); ops graphc has no converter
     for, but that the ONNX schema defines as a function, are inlined."""
+    # the nodes built for it are located at the ONNX node (an inlined function body's
+    # nodes at the node it came from)
+    where = ctx.where_outer if depth and ctx.where_outer else \
+        f"{ctx.label} node {_node_label(node)} ({node.op_type})"
+    outer, ctx.where_outer = ctx.where_outer, where
+    try:
+        with located(where):
+            _convert_located(ctx, node, env, depth)
+    finally:
+        ctx.where_outer = outer
+
+
+def _convert_located(ctx, node, env, depth: int):
     ctx.node = node
     if node.domain not in ("", "ai.onnx"):
         raise ctx.unsupported(f"custom domain {node.domain!r} is not supported")
@@ -397,7 +436,8 @@ def _untie(node, env, params, untied) -> None:
         entry = untied[name]
         if entry["readers"]:
             fresh = f"{name}.{entry['readers']}"
-            env[name] = params[fresh] = gc.variable(entry["value"].copy(), name=fresh)
+            with located(entry["where"]):
+                env[name] = params[fresh] = gc.variable(entry["value"].copy(), name=fresh)
         entry["readers"] += 1
 
 
@@ -509,6 +549,20 @@ def _fold(ctx, value, args):
             not is_symbolic(value.shape) and value.size <= 4096:
         return ctx.static(value, "a constant sub-expression")
     return value
+
+
+def _node_label(node) -> str:
+    """An ONNX node's name, or for an unnamed one the value it produces."""
+    if node.name:
+        return repr(node.name)
+    first = next((o for o in node.output if o), "")
+    return f"producing {first!r}" if first else "(unnamed)"
+
+
+def _frozen(arr):
+    arr = np.array(arr, order="C", copy=True)
+    arr.setflags(write=False)
+    return arr
 
 
 def _symbol_name(param: str, input_name: str, axis: int):
