@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 
@@ -104,8 +105,44 @@ def _graph_view(graph_json: str, label: str, kernel_of: dict | None = None) -> d
         view_nodes.append(entry)
     edges = [{"from": i, "to": n["id"], "type": types[i]} for n in view_nodes
              for i in n["inputs"]]
-    return {"label": label, "nodes": view_nodes, "edges": edges,
+    view = {"label": label, "nodes": view_nodes, "edges": edges,
             "clusters": kernel_of is not None}
+    if kernel_of is None:
+        groups = namespaces(view_nodes)
+        if groups:
+            view["groups"] = groups
+    return view
+
+
+NAMESPACE_DEPTH = 3           # encoder/layer.3/attention: deeper levels stay in their group
+_ONNX_NODE = re.compile(r" node '(.+)' \([A-Za-z0-9_]+\)$")
+
+
+def namespace_of(loc) -> str | None:
+    """The namespace of a node imported from a model ('encoder/layer.3/attention' of the
+    ONNX node '/encoder/layer.3/attention/self/MatMul'), or None."""
+    m = _ONNX_NODE.search(loc or "")
+    if not m:
+        return None
+    parts = [p for p in m.group(1).split("/") if p]
+    return "/".join(parts[:-1][:NAMESPACE_DEPTH]) or None
+
+
+def namespaces(view_nodes: list) -> list:
+    """The view's namespaces with two or more nodes, as collapsible groups: sets each
+    such node's "group" (an index into the returned [{name, count}])."""
+    counts: dict = {}
+    for n in view_nodes:
+        ns = namespace_of(n.get("loc"))
+        if ns:
+            counts[ns] = counts.get(ns, 0) + 1
+    names = [ns for ns, c in counts.items() if c >= 2]
+    index = {ns: k for k, ns in enumerate(names)}
+    for n in view_nodes:
+        k = index.get(namespace_of(n.get("loc")))
+        if k is not None:
+            n["group"] = k
+    return [{"name": ns, "count": counts[ns]} for ns in names]
 
 
 def page_data(name: str, optimized_json: str, fusion: dict, manifest: dict,
@@ -173,8 +210,8 @@ BODY = """
   <label>view <select id="view"></select></label>
   <input id="search" type="search" placeholder="search name, op or %id" autocomplete="off">
   <span id="matches"></span>
-  <button id="expand-all">expand kernels</button>
-  <button id="collapse-all">collapse kernels</button>
+  <button id="expand-all" title="expand every kernel or namespace">expand all</button>
+  <button id="collapse-all" title="collapse every kernel or namespace">collapse all</button>
   <button id="fit">fit</button>
   <span id="status">laying out...</span>
 </header>
@@ -182,9 +219,13 @@ BODY = """
   <div id="canvas-wrap"><svg id="canvas" xmlns="http://www.w3.org/2000/svg">
     <defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7"
       markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z"/></marker></defs>
-    <g id="viewport"></g></svg></div>
+    <g id="viewport"></g></svg>
+    <svg id="minimap" xmlns="http://www.w3.org/2000/svg" preserveAspectRatio="xMidYMid meet">
+    </svg></div>
   <aside id="details"><p class="hint">Click a node or a kernel for its details; click a
-    kernel's title to collapse or expand it; drag to pan, wheel to zoom.</p></aside>
+    kernel's (or an imported model's namespace's) title to collapse or expand it; drag to
+    pan, wheel to zoom (zoomed out, kernels and namespaces are labelled instead of nodes);
+    click or drag in the minimap to move there.</p></aside>
 </main>
 <section id="memory-section"><h2>Memory plan</h2><p id="memory-summary"></p>
   <svg id="memory" xmlns="http://www.w3.org/2000/svg"></svg></section>

@@ -237,3 +237,95 @@ def test_page_data_without_a_browser():
     assert sum(len(k["nodes"]) for k in data["kernels"]) == \
         len([n for n in fused["nodes"] if "kernel" in n])
     assert any(n["loc"] and HERE in n["loc"] for n in data["views"]["graph"]["nodes"])
+
+
+def _namespaced_onnx(path, layers=3):
+    """An ONNX model whose node names carry namespaces, as torch.onnx.export writes them."""
+    onnx = pytest.importorskip("onnx", reason="the onnx extra is not installed")
+    from onnx import TensorProto, helper, numpy_helper
+    nodes, inits, h = [], [], "x"
+    for k in range(layers):
+        for part in ("attention", "output"):
+            ns = f"/encoder/layer.{k}/{part}"
+            w = f"encoder.layer.{k}.{part}.weight"
+            inits.append(numpy_helper.from_array(
+                np.random.default_rng(k).standard_normal((8, 8)).astype(np.float32), w))
+            nodes += [helper.make_node("MatMul", [h, w], [f"{ns}/mm"], name=f"{ns}/MatMul"),
+                      helper.make_node("Tanh", [f"{ns}/mm"], [f"{ns}/t"], name=f"{ns}/Tanh"),
+                      helper.make_node("Add", [f"{ns}/t", h], [f"{ns}/out"], name=f"{ns}/Add")]
+            h = f"{ns}/out"
+    g = helper.make_graph(nodes, "encoder",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
+                          [helper.make_tensor_value_info(h, TensorProto.FLOAT, [4, 8])], inits)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def test_imported_model_namespaces_are_collapsible_groups(browser, tmp_path):
+    from graphc.cli import main as cli
+    _namespaced_onnx(tmp_path / "enc.onnx")
+    assert cli(["viz", str(tmp_path / "enc.onnx"), "-o", str(tmp_path / "enc.html")]) == 0
+    page = Page(browser, str(tmp_path / "enc.html"))
+    graph = page.data["views"]["graph"]
+    names = {g["name"] for g in graph["groups"]}
+    assert "encoder/layer.1/attention" in names and len(names) == 6
+    page.page.select_option("#view", "graph")
+    page.page.wait_for_function("document.querySelectorAll('[data-group]').length === 6")
+    page.ready()
+    before = page.count("[data-node]")
+    page.page.click("#collapse-all")
+    page.page.wait_for_function("document.querySelectorAll('.kernel.collapsed[data-group]')"
+                                ".length === 6")
+    page.ready()
+    assert page.count("[data-node]") < before
+    group = page.page.locator(".kernel.collapsed[data-group]").first
+    group.click()
+    page.page.wait_for_function("document.querySelectorAll('.kernel.collapsed[data-group]')"
+                                ".length === 5")
+    assert "namespace" in page.page.inner_text("#details")
+    node = next(n for n in graph["nodes"] if n["op"] == "tanh")
+    assert "enc.onnx node '/encoder/layer." in node["loc"]
+    assert page.errors == []
+
+
+def test_zoomed_out_labels_stay_readable_and_the_minimap_follows(browser, tmp_path):
+    """Zoomed out, node labels give way to kernel labels drawn at a readable size inside
+    their box; the minimap shows the whole graph and where the view is; titles never run
+    past their kernel's box."""
+    from bench.__main__ import cnn_graph
+    g, loss, updates = cnn_graph(batch=8)
+    with g:
+        exe = gc.compile({"loss": loss}, updates=updates, opt_level=0)
+    path = tmp_path / "cnn.html"
+    exe.viz(str(path))
+    page = Page(browser, str(path))
+    p = page.page
+    assert page.count("#minimap use") == 1 and page.count("#minimap-view") == 1
+    p.click("#expand-all")
+    p.wait_for_function("document.querySelectorAll('.kernel.expanded').length > 0")
+    page.ready()
+    overflow = p.evaluate("""() => [...document.querySelectorAll('#viewport .kernel')].filter(
+        g => { const r = g.querySelector('rect'), t = g.querySelector('text.title');
+               return t && t.getComputedTextLength() > r.width.baseVal.value - 4; }).length""")
+    assert overflow == 0
+    view_before = p.get_attribute("#minimap-view", "width")
+    box = p.locator("#canvas").bounding_box()
+    p.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    for _ in range(40):                         # zoom out until labels give way
+        if p.evaluate("document.getElementById('canvas').classList.contains('far')"):
+            break
+        p.mouse.wheel(0, 120)
+    p.mouse.wheel(0, 120)
+    p.wait_for_function("document.getElementById('canvas').classList.contains('far')")
+    assert float(p.get_attribute("#minimap-view", "width")) > float(view_before)
+    sizes = p.evaluate("""() => { const m = document.getElementById('viewport').getCTM();
+        return [...document.querySelectorAll('#viewport .far-label, #viewport .far-node')]
+          .filter(t => t.getAttribute('visibility') === 'visible' &&
+                       getComputedStyle(t).display !== 'none')
+          .map(t => Number(t.getAttribute('font-size')) * m.a); }""")
+    assert sizes, "no label is shown when zoomed out"
+    assert all(px >= 9.9 for px in sizes), sizes          # every shown label reads
+    hidden = p.evaluate("getComputedStyle(document.querySelector('#viewport .node text'))"
+                        ".display")
+    assert hidden == "none"                               # the small, detailed lines
+    p.screenshot(path=str(tmp_path / "far.png"))
+    assert page.errors == []

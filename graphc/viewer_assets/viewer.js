@@ -34,6 +34,29 @@
   const textWidth = (s) => Math.max(60, 7 * s.length + 18);
   const nodeLines = (n) => [`%${n.id} ${n.op}` + (n.name ? ` ${n.name}` : ""), n.type];
   const kernelTitle = (k) => `kernel ${k.index} · ${k.kind} · ${k.nodes.length} ops`;
+  // a cluster is a fused kernel (the fused view) or a namespace of an imported model's
+  // nodes (the graph views); its key is "k<index>" or "g<view>:<index>"
+  function clusterOf(view, n) {
+    if (view.clusters) return n.kernel !== undefined ? "k" + n.kernel : undefined;
+    if (view.groups && n.group !== undefined) return "g" + state.view + ":" + n.group;
+    return undefined;
+  }
+  function clusterInfo(key) {
+    if (key[0] === "k") {
+      const kern = kernels[Number(key.slice(1))];
+      return { title: kernelTitle(kern), sub: compactOps(kern), kernel: kern.index,
+               short: `k${kern.index} ${kern.kind}` };
+    }
+    const index = Number(key.slice(key.indexOf(":") + 1));
+    const g = data.views[state.view].groups[index];
+    return { title: g.name, sub: `${g.count} nodes`, group: index,
+             short: g.name.split("/").slice(-2).join("/") };
+  }
+  // text cut to what `width` pixels hold (12px monospace: about 7.2 px a character)
+  function fitText(text, width, px) {
+    const room = Math.max(Math.floor((width - 16) / (px || 7.2)), 3);
+    return text.length <= room ? text : text.slice(0, room - 1) + "…";
+  }
   const compactOps = (k) => k.fused;           // graphc_runtime.profile.compact_ops
   function matches(n, q) {
     return String(n.id) === q.replace(/^%/, "") || n.op.toLowerCase().includes(q) ||
@@ -57,11 +80,12 @@
     const clusters = new Map();            // kernel index -> shown member nodes
     const loose = [];
     for (const n of shown) {
-      if (view.clusters && n.kernel !== undefined) {
-        if (!clusters.has(n.kernel)) clusters.set(n.kernel, []);
-        clusters.get(n.kernel).push(n);
-        const collapsed = state.collapsed.has(n.kernel) && !q;
-        rep.set(n.id, collapsed ? "k" + n.kernel : "n" + n.id);
+      const key = clusterOf(view, n);
+      if (key !== undefined) {
+        if (!clusters.has(key)) clusters.set(key, []);
+        clusters.get(key).push(n);
+        const collapsed = state.collapsed.has(key) && !q;
+        rep.set(n.id, collapsed ? "x" + key : "n" + n.id);
       } else {
         loose.push(n);
         rep.set(n.id, "n" + n.id);
@@ -98,15 +122,14 @@
       return { id: "n" + n.id, width: Math.max(textWidth(a), textWidth(b)), height: 38 };
     };
     for (const n of model.loose) root.children.push(leaf(n));
-    for (const [k, members] of model.clusters) {
-      const kern = kernels[k];
-      if (state.collapsed.has(k) && !model.q) {
-        const title = kernelTitle(kern), ops = compactOps(kern);
-        root.children.push({ id: "k" + k, width: Math.max(textWidth(title),
-          Math.min(textWidth(ops), 320)), height: 42 });
+    for (const [key, members] of model.clusters) {
+      const info = clusterInfo(key);
+      if (state.collapsed.has(key) && !model.q) {
+        root.children.push({ id: "x" + key, width: Math.min(Math.max(textWidth(info.title),
+          textWidth(info.sub)), 320), height: 42 });
       } else {
         root.children.push({
-          id: "c" + k, children: members.map(leaf),
+          id: "c" + key, children: members.map(leaf),
           layoutOptions: { "elk.padding": "[top=26,left=10,bottom=10,right=10]" },
         });
       }
@@ -129,28 +152,42 @@
   function draw(model, layout) {
     viewport.textContent = "";
     const pos = absolute(layout);
-    const layers = { clusters: el("g", {}, viewport), edges: el("g", {}, viewport),
-                     nodes: el("g", {}, viewport) };
+    const content = el("g", { id: "graph-content" }, viewport);
+    const layers = { clusters: el("g", {}, content), edges: el("g", {}, content),
+                     nodes: el("g", {}, content), labels: el("g", {}, content) };
     const byId = new Map(model.view.nodes.map((n) => [n.id, n]));
-    for (const [k] of model.clusters) {
-      const kern = kernels[k];
-      if (pos.has("k" + k)) {
-        const p = pos.get("k" + k);
-        const g = el("g", { class: "kernel collapsed", "data-kernel": k,
-                            transform: `translate(${p.x},${p.y})` }, layers.nodes);
-        el("rect", { width: p.w, height: p.h, rx: 6, class: "k" + (k % 10) }, g);
-        el("text", { x: 8, y: 16, class: "title" }, g, kernelTitle(kern));
-        el("text", { x: 8, y: 32, class: "sub" }, g, compactOps(kern).slice(0, 46));
-        g.addEventListener("click", (evt) => { evt.stopPropagation(); showKernel(k);
-          state.collapsed.delete(k); render(); });
-      } else if (pos.has("c" + k)) {
-        const p = pos.get("c" + k);
-        const g = el("g", { class: "kernel expanded", "data-kernel": k,
-                            transform: `translate(${p.x},${p.y})` }, layers.clusters);
-        el("rect", { width: p.w, height: p.h, rx: 8, class: "k" + (k % 10) }, g);
-        const t = el("text", { x: 8, y: 17, class: "title" }, g, "▾ " + kernelTitle(kern));
-        t.addEventListener("click", (evt) => { evt.stopPropagation(); showKernel(k);
-          if (!model.q) { state.collapsed.add(k); render(); } });
+    let colour = 0;
+    for (const [key] of model.clusters) {
+      const info = clusterInfo(key);
+      const attrs = info.kernel !== undefined ? { "data-kernel": info.kernel }
+        : { "data-group": info.group };
+      const shade = "k" + ((info.kernel !== undefined ? info.kernel : colour++) % 10);
+      const show = () => info.kernel !== undefined ? showKernel(info.kernel)
+        : showGroup(info.group, model.clusters.get(key));
+      let g, p;
+      if (pos.has("x" + key)) {
+        p = pos.get("x" + key);
+        g = el("g", { class: "kernel collapsed", ...attrs,
+                      transform: `translate(${p.x},${p.y})` }, layers.nodes);
+        el("rect", { width: p.w, height: p.h, rx: 6, class: shade }, g);
+        el("text", { x: 8, y: 16, class: "title" }, g, fitText(info.title, p.w));
+        el("text", { x: 8, y: 32, class: "sub" }, g, fitText(info.sub, p.w, 6.6));
+        g.addEventListener("click", (evt) => { evt.stopPropagation(); show();
+          state.collapsed.delete(key); render(); });
+      } else if (pos.has("c" + key)) {
+        p = pos.get("c" + key);
+        g = el("g", { class: "kernel expanded", ...attrs,
+                      transform: `translate(${p.x},${p.y})` }, layers.clusters);
+        el("rect", { width: p.w, height: p.h, rx: 8, class: shade }, g);
+        const t = el("text", { x: 8, y: 17, class: "title" }, g,
+                     fitText("▾ " + info.title, p.w));
+        t.addEventListener("click", (evt) => { evt.stopPropagation(); show();
+          if (!model.q) { state.collapsed.add(key); render(); } });
+      }
+      if (g) {                  // read when zoomed out, where node labels are too small
+        const at = el("g", { transform: `translate(${p.x},${p.y})` }, layers.labels);
+        el("text", { class: "far-label", "data-w": p.w, "data-h": p.h }, at, info.short);
+        el("title", {}, g, info.title);
       }
     }
     (layout.edges || []).forEach((e, i) => {
@@ -184,15 +221,75 @@
       const [a, b] = nodeLines(n);
       el("text", { x: 8, y: 16 }, g, a);
       el("text", { x: 8, y: 31, class: "sub" }, g, b);
+      el("text", { class: "far-node", x: p.w / 2, y: p.h / 2, "data-w": p.w, "data-h": p.h },
+         g, n.op);
       g.addEventListener("click", (evt) => { evt.stopPropagation(); showNode(byId.get(n.id)); });
     }
     state.size = { w: layout.width || 100, h: layout.height || 100 };
   }
 
+  const FAR = 0.45;             // below this zoom, node labels give way to cluster labels
   function applyTransform() {
     viewport.setAttribute("transform",
       `translate(${state.tx},${state.ty}) scale(${state.scale})`);
+    const far = state.scale < FAR;
+    svg.classList.toggle("far", far);
+    if (far) {
+      // cluster labels at 12 px on screen (over their box's corner, with a halo), for
+      // boxes big enough on screen to be told apart; nodes keep their op name where it
+      // fits at 10 px
+      const s = state.scale;
+      for (const t of viewport.querySelectorAll(".far-label")) {
+        const w = Number(t.dataset.w) * s, h = Number(t.dataset.h) * s;
+        t.setAttribute("visibility", w >= 30 && h >= 10 ? "visible" : "hidden");
+        t.setAttribute("font-size", (12 / s).toFixed(2));
+        t.setAttribute("x", (3 / s).toFixed(2));
+        t.setAttribute("y", (13 / s).toFixed(2));
+        t.setAttribute("stroke-width", (3 / s).toFixed(2));
+      }
+      for (const t of viewport.querySelectorAll(".far-node")) {
+        const w = Number(t.dataset.w) * s, h = Number(t.dataset.h) * s;
+        const fits = w >= 6.2 * t.textContent.length + 4 && h >= 11;
+        t.setAttribute("visibility", fits ? "visible" : "hidden");
+        t.setAttribute("font-size", (10 / s).toFixed(2));
+      }
+    }
+    drawMinimapView();
   }
+  // -- minimap: the whole graph, and where the view is ---------------------------------
+  const minimap = document.getElementById("minimap");
+  function drawMinimap() {
+    if (!state.size) return;
+    minimap.textContent = "";
+    minimap.setAttribute("viewBox", `0 0 ${state.size.w} ${state.size.h}`);
+    el("use", { href: "#graph-content" }, minimap);
+    el("rect", { id: "minimap-view", class: "minimap-view" }, minimap);
+  }
+  function drawMinimapView() {
+    const r = document.getElementById("minimap-view");
+    if (!r || !state.size) return;
+    const box = svg.getBoundingClientRect();
+    r.setAttribute("x", -state.tx / state.scale);
+    r.setAttribute("y", -state.ty / state.scale);
+    r.setAttribute("width", box.width / state.scale);
+    r.setAttribute("height", box.height / state.scale);
+    r.setAttribute("stroke-width", Math.max(state.size.w, state.size.h) / 120);
+  }
+  function centreOn(evt) {      // a click or drag on the minimap moves the view there
+    const m = minimap.getScreenCTM().inverse();
+    const x = evt.clientX * m.a + evt.clientY * m.c + m.e;
+    const y = evt.clientX * m.b + evt.clientY * m.d + m.f;
+    const box = svg.getBoundingClientRect();
+    state.tx = box.width / 2 - x * state.scale;
+    state.ty = box.height / 2 - y * state.scale;
+    state.kept = true;
+    applyTransform();
+  }
+  let minimapDrag = false;
+  minimap.addEventListener("mousedown", (evt) => { evt.stopPropagation(); minimapDrag = true;
+                                                   centreOn(evt); });
+  window.addEventListener("mousemove", (evt) => { if (minimapDrag) centreOn(evt); });
+  window.addEventListener("mouseup", () => { minimapDrag = false; });
   function fit() {
     if (!state.size) return;
     const box = svg.getBoundingClientRect();
@@ -259,6 +356,18 @@
     details.appendChild(list);
   }
 
+  function showGroup(index, members) {
+    const g = data.views[state.view].groups[index];
+    details.textContent = "";
+    details.dataset.selectedGroup = index;
+    delete details.dataset.selectedNode;
+    delete details.dataset.selectedKernel;
+    details.appendChild(html("h2", g.name));
+    details.appendChild(table([["namespace", g.name], ["nodes", String(g.count)]]));
+    details.appendChild(html("p", "nodes: " + (members || []).map((n) => `%${n.id} ${n.op}`)
+      .join(", "), "small"));
+  }
+
   // -- memory timeline ---------------------------------------------------------------
   function drawMemory() {
     const mem = data.memory || {};
@@ -302,6 +411,7 @@
     elk.layout(elkGraph(model)).then((layout) => {
       if (run !== state.run) return;               // a newer render superseded this one
       draw(model, layout);
+      drawMinimap();
       const ms = Math.round(performance.now() - t0);
       const total = model.view.nodes.length;
       const shownKernels = [...model.clusters.keys()].length;
@@ -311,7 +421,7 @@
         ? `${model.shown.length} match${model.shown.length === 1 ? "" : "es"}` : "";
       document.body.dataset.layoutMs = ms;
       document.body.dataset.ready = "1";
-      if (!state.kept) fit();
+      if (!state.kept) fit(); else applyTransform();
     }).catch((err) => {
       status.textContent = "layout failed: " + err;
       console.error(err);
@@ -336,11 +446,15 @@
     timer = setTimeout(() => { state.query = evt.target.value; state.kept = false; render(); },
                        120);
   });
+  function collapseAll() {
+    const view = data.views[state.view];
+    if (view.clusters) kernels.forEach((k) => { if (k.nodes.length) state.collapsed.add("k" + k.index); });
+    (view.groups || []).forEach((g, i) => state.collapsed.add("g" + state.view + ":" + i));
+  }
   document.getElementById("expand-all").addEventListener("click", () => {
     state.collapsed.clear(); state.kept = false; render(); });
   document.getElementById("collapse-all").addEventListener("click", () => {
-    kernels.forEach((k) => { if (k.nodes.length) state.collapsed.add(k.index); });
-    state.kept = false; render(); });
+    collapseAll(); state.kept = false; render(); });
   document.getElementById("fit").addEventListener("click", fit);
   svg.addEventListener("wheel", (evt) => {
     evt.preventDefault();
@@ -365,9 +479,13 @@
     applyTransform();
   });
   window.addEventListener("mouseup", () => { drag = null; });
-  const fused = data.views.fused;
-  if (fused && fused.nodes.length > data.collapse_above) {
-    kernels.forEach((k) => { if (k.nodes.length) state.collapsed.add(k.index); });
+  for (const [key, view] of Object.entries(data.views)) {    // big views start collapsed
+    if (view.nodes.length > data.collapse_above) {
+      const current = state.view;
+      state.view = key;
+      collapseAll();
+      state.view = current;
+    }
   }
   drawMemory();
   render();
