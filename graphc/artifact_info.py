@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from graphc_runtime import __version__ as runtime_version
+from graphc_runtime import derived
 
 from .ir.serialize import dumps as graph_dumps
 
@@ -70,6 +71,13 @@ def describe_program(program, plan, lowered, target: dict, code: dict, structure
     tensors: dict = {}
     graph_json = graph_dumps(program.graph, program.roots(), include_variables=False,
                              tensors=tensors).encode()
+    # constants computed from a tensor the graphs keep (a convolution's Winograd filters
+    # from its filters) are stored as the recipe, not as bytes (graphc_runtime.derived)
+    if source is not None:
+        filters = [n.attrs["value"] for n in source.graph.nodes if n.op == "constant" and
+                   n.attrs["value"].size >= 64]
+        manifest["derived"] = {str(k): entry for k, entry in derived.find(
+            [value for _, value in lowered.constants], filters).items()}
     source_json = graph_dumps(source.graph, source.roots(), include_variables=False,
                               tensors=tensors).encode() if source is not None else None
     sections = {

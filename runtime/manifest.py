@@ -48,6 +48,11 @@ def validate(manifest: dict, label: str) -> None:
         if not (isinstance(entry, list) and len(entry) == 2):
             raise ArtifactError(f"{label}: constant entry {k} is not [shape, dtype]")
         _shape(entry[0], entry[1], f"constant {k}", label, [])
+    recipes = manifest.get("derived", {})
+    if not isinstance(recipes, dict) or not all(
+            isinstance(k, str) and k.isdigit() and int(k) < len(manifest["constants"]) and
+            isinstance(v, dict) for k, v in recipes.items()):
+        raise ArtifactError(f"{label}: the derived-constants table is malformed")
     _structure(manifest["structure"], counts["outputs"], label, 0)
     slots = 1 + counts["inputs"] + counts["outputs"] + counts["variables"] + \
         len(manifest["constants"])

@@ -5,7 +5,7 @@ import hashlib
 
 import numpy as np
 
-from . import artifact, plan_digest
+from . import artifact, derived, plan_digest
 from . import manifest as manifests
 from .cpu import CpuProgram, Signature, host_features, llvm
 from .dtypes import NUMPY
@@ -101,12 +101,19 @@ class Model:
                 raise ArtifactError(f"{label}: variable {name!r} has no data section")
             variables[name] = bytes_array(blob, shape, dtype, f"{label}: variable {name!r}")
         constants = []
+        recipes = manifest.get("derived") or {}
         for k, entry in enumerate(manifest["constants"]):
             try:
                 shape, dtype = tuple(entry[0]), entry[1]
             except (TypeError, IndexError):
                 raise ArtifactError(f"{label}: malformed constant entry {k}") from None
             blob = sections.get(f"constant/{k}")
+            if blob is None and str(k) in recipes:      # computed from a tensor it holds
+                recipe = recipes[str(k)]
+                source = _tensor_section(sections, manifest, recipe.get("from"))
+                constants.append(derived.compute(recipe, source, shape, dtype,
+                                                 f"{label}: constant {k}"))
+                continue
             if blob is None:
                 raise ArtifactError(f"{label}: constant {k} has no data section")
             constants.append(bytes_array(blob, shape, dtype, f"{label}: constant {k}"))
@@ -152,14 +159,7 @@ class Model:
     def tensor_bytes(self, digest: str) -> bytes | None:
         """The bytes a graph's array reference names (by SHA-256): a "tensor/" section,
         or a constant's section holding the same bytes; None if absent."""
-        blob = self._sections.get(f"tensor/{digest}")
-        if blob is not None:
-            return blob
-        for name, rec in self.manifest.get("sections", {}).items():
-            if name.startswith("constant/") and isinstance(rec, dict) and \
-                    rec.get("sha256") == digest:
-                return self._sections.get(name)
-        return None
+        return _tensor_section(self._sections, self.manifest, digest)
 
     def graph_json(self) -> str:
         """The optimized graph, as graphc.ir.serialize writes it."""
@@ -207,6 +207,28 @@ def load(path: str, key=None, require_signed: bool | None = None) -> Model:
     return Model(manifest, sections, label=str(path))
 
 
+def _tensor_section(sections: dict, manifest: dict, digest) -> bytes | None:
+    """The bytes of tensor `digest`: its own section, or a constant's with those bytes."""
+    if not isinstance(digest, str):
+        return None
+    blob = sections.get(f"tensor/{digest}")
+    if blob is not None:
+        return blob
+    for name, rec in (manifest.get("sections") or {}).items():
+        if name.startswith("constant/") and isinstance(rec, dict) and \
+                rec.get("sha256") == digest:
+            return sections.get(name)
+    for k, entry in (manifest.get("derived") or {}).items():   # a constant computed at load
+        if isinstance(entry, dict) and entry.get("sha256") == digest and \
+                entry.get("from") != digest:
+            shape, dtype = manifest["constants"][int(k)]
+            value = derived.compute(entry, _tensor_section(sections, manifest,
+                                                           entry.get("from")),
+                                    tuple(shape), dtype, "artifact")
+            return array_bytes(value)
+    return None
+
+
 def stamp_code(manifest: dict, sections: dict) -> dict:
     """`sections` with the code's plan digest set for `manifest` (graphc_runtime.plan_digest)."""
     value = plan_digest.digest(manifest)
@@ -227,8 +249,12 @@ def save_program(path: str, manifest: dict, static_sections: dict, variables: di
         sections[f"variable/{name}"] = array_bytes(value)
     for k, c in enumerate(constants):
         sections[f"constant/{k}"] = array_bytes(c)
+    recipes = manifest.get("derived") or {}
+    for k in recipes:                                  # computed when loaded instead
+        sections.pop(f"constant/{k}", None)
     held = {hashlib.sha256(data).hexdigest() for name, data in sections.items()
             if name.startswith("constant/")}          # (variables change; constants do not)
+    held |= {entry["sha256"] for entry in recipes.values()}
     sections = {name: data for name, data in sections.items()
                 if not (name.startswith("tensor/") and name[7:] in held)}
     artifact.write(path, manifest, stamp_code(manifest, sections), key=key)

@@ -219,3 +219,46 @@ def test_artifact_runs_without_the_compiler(tmp_path):
     model = graphc_runtime.load(path)
     xv = rng.standard_normal((2, 16, 16, 16)).astype(np.float32)
     np.testing.assert_array_equal(model(x=xv), exe(x=xv))
+
+
+def test_artifact_stores_the_filters_once_and_computes_their_transform(tmp_path):
+    """The program runs on the filters' Winograd transform U (16/9 their size); the
+    artifact keeps only the filters and computes U when loaded, checked against U's
+    recorded digest: a file whose filters were changed is refused."""
+    import hashlib
+    import os
+    import graphc_runtime
+    from graphc_runtime import artifact
+    rng = np.random.default_rng(12)
+    filters = [rng.standard_normal((64, 64, 3, 3)).astype(np.float32) for _ in range(3)]
+    with gc.Graph("filters"):
+        x = gc.placeholder((1, 64, 16, 16), name="x")
+        h = x
+        for f in filters:
+            h = gc.relu(_conv(h, gc.constant(f)))
+        exe = gc.compile(h)
+    assert "winograd_conv2d" in exe.dump("optimized")
+    path = tmp_path / "w.gcx"
+    exe.save(str(path))
+    model = graphc_runtime.load(str(path))
+    assert len(model.manifest["derived"]) == 3
+    sections = model.manifest["sections"]
+    code = sum(r["length"] for k, r in sections.items() if k.startswith(("object", "dump/")))
+    weights = sum(f.nbytes for f in filters)
+    assert os.path.getsize(path) <= 1.1 * (weights + code)
+    xv = rng.standard_normal((1, 64, 16, 16)).astype(np.float32)
+    np.testing.assert_array_equal(model(x=xv), exe(x=xv))
+    # the filters changed (checksums recomputed): U computed from them is not the U
+    # the program was compiled with
+    manifest, parts = artifact.parse(path.read_bytes())
+    source = next(iter(manifest["derived"].values()))["from"]
+    name = f"tensor/{source}" if f"tensor/{source}" in parts else next(
+        k for k, r in manifest["sections"].items() if r["sha256"] == source)
+    raw = bytearray(parts[name])
+    raw[0] ^= 0x40
+    parts[name] = bytes(raw)
+    body = {k: v for k, v in manifest.items() if k not in ("sections", "format_version")}
+    (tmp_path / "bad.gcx").write_bytes(artifact.encode(body, parts))
+    with pytest.raises(gc.ArtifactError, match="differs from the one|digest"):
+        graphc_runtime.load(str(tmp_path / "bad.gcx"))
+    assert hashlib.sha256(parts[name]).hexdigest() != source

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphc_runtime.derived import winograd_filter
 from graphc_runtime.errors import DTypeError, ShapeError
 
 from .. import dtypes
@@ -31,9 +32,10 @@ AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
 
 
 def filter_transform(w: np.ndarray) -> np.ndarray:
-    """U (16, O, C) of filters w (O, C, 3, 3), in w's dtype (computed in float64)."""
-    u = np.einsum("ai,ocij,bj->aboc", G, w.astype(np.float64), G)
-    return u.reshape((16,) + w.shape[:2]).astype(w.dtype)
+    """U (16, O, C) of filters w (O, C, 3, 3), in w's dtype (computed in float64): the
+    runtime's own code, so that an artifact can store w alone and compute U when it is
+    loaded, to the bit (graphc_runtime.derived)."""
+    return winograd_filter(w)
 
 
 def filter_matrix() -> np.ndarray:
