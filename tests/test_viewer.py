@@ -167,14 +167,19 @@ def test_views_switch_between_graph_optimized_and_fused(small_page):
     assert small_page.errors == []
 
 
-def test_cnn_step_starts_collapsed_and_kernels_expand(browser, tmp_path):
+def cnn_page(browser, tmp_path) -> Page:
+    """The viewer page of the digits CNN's training step (over 200 nodes)."""
     from bench.__main__ import cnn_graph
     g, loss, updates = cnn_graph(batch=8)
     with g:
         exe = gc.compile({"loss": loss}, updates=updates, opt_level=0)
     path = tmp_path / "cnn.html"
     exe.viz(str(path))
-    page = Page(browser, str(path))
+    return Page(browser, str(path))
+
+
+def test_cnn_step_starts_collapsed_and_kernels_expand(browser, tmp_path):
+    page = cnn_page(browser, tmp_path)
     data = page.data
     assert len(data["views"]["fused"]["nodes"]) > data["collapse_above"]
     kernels = [k for k in data["kernels"] if k["nodes"]]
@@ -288,16 +293,10 @@ def test_imported_model_namespaces_are_collapsible_groups(browser, tmp_path):
 
 
 def test_zoomed_out_labels_stay_readable_and_the_minimap_follows(browser, tmp_path):
-    """Zoomed out, node labels give way to kernel labels drawn at a readable size inside
-    their box; the minimap shows the whole graph and where the view is; titles never run
-    past their kernel's box."""
-    from bench.__main__ import cnn_graph
-    g, loss, updates = cnn_graph(batch=8)
-    with g:
-        exe = gc.compile({"loss": loss}, updates=updates, opt_level=0)
-    path = tmp_path / "cnn.html"
-    exe.viz(str(path))
-    page = Page(browser, str(path))
+    """Zoomed out, node labels give way to kernel labels drawn at a readable size; the
+    minimap shows the whole graph and where the view is; titles never run past their
+    kernel's box."""
+    page = cnn_page(browser, tmp_path)
     p = page.page
     assert page.count("#minimap use") == 1 and page.count("#minimap-view") == 1
     p.click("#expand-all")
