@@ -18,13 +18,12 @@ import numpy as np
 from graphc_runtime import dims as sym
 from graphc_runtime.profile import compact_ops
 
+from .viz import DISPLAY_SIZE, at_display_size  # noqa: F401 (DISPLAY_SIZE: the page size)
+
 ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "viewer_assets")
 COLLAPSE_ABOVE = 200          # kernels start collapsed in graphs with more nodes
 SHORT = {"bool": "bool", "int32": "i32", "int64": "i64", "float16": "f16", "bfloat16": "bf16",
          "float32": "f32", "float64": "f64"}
-
-
-DISPLAY_SIZE = 64             # the size a symbolic dimension is drawn at (memory, bytes)
 
 
 def _dim_text(d) -> str:
@@ -35,19 +34,6 @@ def _dim_text(d) -> str:
 
 def type_str(node: dict) -> str:
     return f"{SHORT.get(node['dtype'], node['dtype'])}[{','.join(map(_dim_text, node['shape']))}]"
-
-
-def _at_display_size(obj, env: dict):
-    """obj with every Dim evaluated at the display sizes (symbols seen are added)."""
-    if isinstance(obj, sym.Dim):
-        for s in obj.symbols():
-            env.setdefault(s, DISPLAY_SIZE)
-        return obj.evaluate(env)
-    if isinstance(obj, dict):
-        return {k: _at_display_size(v, env) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_at_display_size(v, env) for v in obj]
-    return obj
 
 
 def _attr_text(value) -> str:
@@ -150,8 +136,8 @@ def page_data(name: str, optimized_json: str, fusion: dict, manifest: dict,
     """Everything the page shows, as JSON-able data (a symbolic program's sizes at
     DISPLAY_SIZE for each symbol, listed under "symbols")."""
     shown: dict = {}
-    kernels = _at_display_size(manifest.get("kernels") or [], shown)
-    memory = _at_display_size(manifest.get("memory") or {}, shown)
+    kernels = at_display_size(manifest.get("kernels") or [], shown)
+    memory = at_display_size(manifest.get("memory") or {}, shown)
     groups = {g["id"]: g for g in fusion.get("groups", [])}
     kernel_of = {}
     kernel_list = []

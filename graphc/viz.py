@@ -81,46 +81,42 @@ def to_dot(view: ProgramView) -> str:
     return "\n".join(lines) + "\n"
 
 
-TYPICAL_SIZE = 64       # what a symbolic size is drawn at unless the user gives one
+DISPLAY_SIZE = 64             # the size a symbolic dimension is drawn at unless given
+
+
+def at_display_size(obj, env: dict):
+    """obj with every Dim evaluated at the sizes in `env`; a symbol not there is drawn at
+    DISPLAY_SIZE (and added to `env`)."""
+    from graphc_runtime.dims import Dim
+    if isinstance(obj, Dim):
+        for s in obj.symbols():
+            env.setdefault(s, DISPLAY_SIZE)
+        return obj.evaluate(env)
+    if isinstance(obj, dict):
+        return {k: at_display_size(v, env) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [at_display_size(v, env) for v in obj]
+    return obj
 
 
 def concrete_memory(memory: dict, sizes: dict | None = None) -> tuple[dict, str]:
-    """The memory plan with every symbolic size (a Dim) evaluated: at `sizes` {symbol:
-    int} where given, else at TYPICAL_SIZE; and a line saying which sizes were used
-    ('' for a program without symbols)."""
-    from graphc_runtime.dims import Dim
-    symbols: set = set()
-
-    def collect(v):
-        if isinstance(v, Dim):
-            symbols.update(v.symbols())
-        elif isinstance(v, dict):
-            for x in v.values():
-                collect(x)
-        elif isinstance(v, list):
-            for x in v:
-                collect(x)
-    collect(memory)
+    """The memory plan with every symbolic size evaluated, at `sizes` {symbol: int} where
+    given, else at DISPLAY_SIZE; and a line saying which sizes were used ('' for a program
+    without symbols)."""
+    symbols: dict = {}
+    at_display_size(memory, symbols)            # the symbols the plan uses
     if not symbols:
         return memory, ""
     sizes = dict(sizes or {})
-    unknown = sorted(set(sizes) - symbols)
+    unknown = sorted(set(sizes) - set(symbols))
     if unknown:
         raise ValueError(f"the program has no symbolic size named {unknown[0]!r}; its "
                          f"symbols: {', '.join(sorted(symbols))}")
-    env = {s: int(sizes.get(s, TYPICAL_SIZE)) for s in symbols}
-
-    def value(v):
-        if isinstance(v, Dim):
-            return v.evaluate(env)
-        if isinstance(v, dict):
-            return {k: value(x) for k, x in v.items()}
-        if isinstance(v, list):
-            return [value(x) for x in v]
-        return v
+    env = {s: int(n) for s, n in sizes.items()}
+    memory = at_display_size(memory, env)
     given = ", ".join(f"{s}={env[s]}" + ("" if s in sizes else " (typical)")
                       for s in sorted(env))
-    return value(memory), f"drawn at {given}; other sizes: --size NAME=N"
+    return memory, f"drawn at {given}; other sizes: --size NAME=N"
 
 
 def memory_svg(memory: dict, sizes: dict | None = None) -> str:
