@@ -96,13 +96,13 @@ def _literal_array(value, dtype=None) -> np.ndarray:
     return arr
 
 
-def constant(value, dtype=None, graph: Graph | None = None) -> Tensor:
-    """A constant tensor holding (a copy of) `value`."""
+def constant(value, dtype=None, graph: Graph | None = None, name: str | None = None) -> Tensor:
+    """A constant tensor holding (a copy of) `value`; `name` names its node."""
     arr = _literal_array(value, dtype)
     dtypes.canonical(arr.dtype)
     arr = np.array(arr, order="C", copy=True)
     arr.setflags(write=False)
-    return bind_source("constant", graph or current_graph(), {"value": arr})
+    return bind_source("constant", graph or current_graph(), {"value": arr}, name=name)
 
 
 def placeholder(shape, dtype="float32", name: str | None = None) -> Tensor:

@@ -18,25 +18,15 @@ from graphc_runtime.dims import Undecidable, is_symbolic
 
 from graphc.ir.dtypes import to_numpy as dtypes_to_numpy
 from graphc.ir.source import located
-from graphc.tensor import bind_source
 
-from .errors import ModelError, NeedsInputShapes, NeedsInputValues, UnsupportedError
-from .limits import check_size
+from .errors import NeedsInputShapes, NeedsInputValues, UnsupportedError
+from .limits import converted
+from .narrow import inferred_types, narrow_float, narrowed
 
 # graphc's converters implement each op from opset 7 on; older opsets import where the op
 # is the same version there as in opset 7
 OLDEST_OPSET = 1
 IMPLEMENTED_FROM = 7
-
-# ops whose result holds only values of their operands: no wrap into a narrow type needed
-VALUE_PRESERVING = {"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
-                    "Concat", "Split", "Slice", "Gather", "GatherElements", "GatherND",
-                    "Expand", "Tile", "Max", "Min", "Relu", "Where", "ReduceMax",
-                    "ReduceMin", "Pad", "Constant", "ScatterElements", "ScatterND",
-                    "DepthToSpace", "SpaceToDepth", "Trilu", "Resize", "MaxPool", "TopK",
-                    "Clip", "Dropout", "BitwiseAnd", "BitwiseOr", "BitwiseXor"}
-# ops whose integer results are indices or counts, never of their operands' type
-INDEX_RESULTS = {"Shape", "Size", "ArgMax", "ArgMin", "NonZero", "Range"}
 
 def _onnx():
     try:
@@ -98,7 +88,6 @@ class Context:
         self.narrow: dict = {}          # value name -> its narrow ONNX integer type
         self.inferred = dict(inferred or {})   # value name -> ONNX element type
         self.label = label                     # the model file (or graph) nodes come from
-        self.where_outer = None                # the top-level node a function body inlines
         self.initializers: dict = {}           # id(array) -> (array, initializer name)
         self.named_constants: dict = {}        # initializer name -> its constant Tensor
         self.operand_types: list = []   # the current node's operands' narrow types (or None)
@@ -133,11 +122,9 @@ class Context:
                                                          arr.dtype == dtypes_to_numpy(dtype)):
             name = known[1]              # an initializer: one constant, named after it
             if name not in self.named_constants:
-                gc.ir.dtypes.canonical(arr.dtype)
-                with self.graph, located(f"{self.label} initializer {name!r}"):
-                    self.named_constants[name] = bind_source(
-                        "constant", self.graph, {"value": _frozen(arr)},
-                        name=self.graph.unique_name(name))
+                with located(_initializer_location(self.label, name)):
+                    self.named_constants[name] = gc.constant(
+                        arr, graph=self.graph, name=self.graph.unique_name(name))
             return self.named_constants[name]
         if dtype is not None:
             arr = arr.astype(gc.ir.dtypes.to_numpy(dtype))
@@ -205,7 +192,7 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
     graph = gc.Graph(model.graph.name or "onnx")
     label = os.path.basename(os.fspath(model_or_path)) if isinstance(
         model_or_path, (str, os.PathLike)) else (model.graph.name or "onnx")
-    ctx = Context(graph, opset, _inferred_types(model), label)
+    ctx = Context(graph, opset, inferred_types(model), label)
     onnx_dtypes: dict = {}
     env: dict = {}
     params, inputs = {}, {}
@@ -233,12 +220,12 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
                 ctx.narrow[init.name] = init.data_type
             initialized.add(init.name)
             if trainable and arr.dtype.kind == "f" and init.name not in statistics:
-                with located(f"{label} initializer {init.name!r}"):
+                with located(_initializer_location(label, init.name)):
                     v = gc.variable(arr, name=init.name)
                 env[init.name] = params[init.name] = v
                 if not tie_shared and reads.get(init.name, 0) > 1:
                     untied[init.name] = {"value": arr, "readers": 0,
-                                         "where": f"{label} initializer {init.name!r}"}
+                                         "where": _initializer_location(label, init.name)}
             else:
                 env[init.name] = arr
                 ctx.initializers[id(arr)] = (arr, init.name)
@@ -312,56 +299,14 @@ def import_model(model_or_path, trainable: bool = False, input_shapes: dict | No
     return ImportedModel(graph, inputs, outputs, params, opset, onnx_dtypes)
 
 
-# integer attributes that ONNX's C++ shape inference divides by: at 0 or below, onnx
-# 1.17 dies of SIGFPE (strides of Conv and the pools); such a model is refused by the
-# converters with a ModelError instead, so inference is not run on it
-_DIVISOR_ATTRIBUTES = ("strides", "dilations", "kernel_shape", "group", "blocksize")
-
-
-def _inference_safe(graph) -> bool:
-    """No node (in subgraphs too) has a divisor attribute below 1."""
-    for node in graph.node:
-        for a in node.attribute:
-            if a.name in _DIVISOR_ATTRIBUTES and (any(v < 1 for v in a.ints) or
-                                                  a.type == a.INT and a.i < 1):
-                return False
-            if a.type == a.GRAPH and not _inference_safe(a.g):
-                return False
-            if a.type == a.GRAPHS and not all(_inference_safe(g) for g in a.graphs):
-                return False
-    return True
-
-
-def _inferred_types(model) -> dict:
-    """Element types of the model's values by ONNX shape inference ({} where it fails,
-    or where the model holds values that crash it)."""
-    if not _inference_safe(model.graph):
-        return {}
-    try:
-        import onnx
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:                  # inference is a help, not a requirement
-        return {}
-    types = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-            types[vi.name] = vi.type.tensor_type.elem_type
-    return types
-
-
 def _convert_node(ctx, node, env, depth: int = 0):
     """Convert one ONNX node into env (its outputs by name); ops graphc has no converter
     for, but that the ONNX schema defines as a function, are inlined."""
-    # the nodes built for it are located at the ONNX node (an inlined function body's
-    # nodes at the node it came from)
-    where = ctx.where_outer if depth and ctx.where_outer else \
-        f"{ctx.label} node {_node_label(node)} ({node.op_type})"
-    outer, ctx.where_outer = ctx.where_outer, where
-    try:
-        with located(where):
-            _convert_located(ctx, node, env, depth)
-    finally:
-        ctx.where_outer = outer
+    if depth:       # an inlined function body's nodes: located at the node it came from
+        _convert_located(ctx, node, env, depth)
+        return
+    with located(f"{ctx.label} node {_node_label(node)} ({node.op_type})"):
+        _convert_located(ctx, node, env, depth)
 
 
 def _convert_located(ctx, node, env, depth: int):
@@ -402,11 +347,11 @@ def _convert_located(ctx, node, env, depth: int):
                                   f"function body")
         return
     attrs = {a.name: _attribute(a) for a in node.attribute}
-    narrow = _narrow_float(args) if node.op_type in ops.WIDENED else None
+    narrow = narrow_float(args) if node.op_type in ops.WIDENED else None
     if narrow:
         args = [gc.cast(a, "float32") if isinstance(a, gc.Tensor) and a.dtype == narrow
                 else a for a in args]
-    outs = _converted(ctx, convert, args, attrs)
+    outs = converted(ctx, convert, args, attrs)
     if narrow:
         outs = [gc.cast(o, narrow) if isinstance(o, gc.Tensor) and o.dtype == "float32"
                 else o for o in outs]
@@ -417,14 +362,8 @@ def _convert_located(ctx, node, env, depth: int):
         if value is None:
             raise ctx.unsupported(f"output {name!r} (optional output "
                                   f"#{wanted.index(name)}) is not supported")
-        value = _narrowed(ctx, node, name, value, attrs)
+        value = narrowed(ctx, node, name, value, attrs)
         env[name] = _fold(ctx, value, args)
-
-
-# what a converter raises on a value out of its range (a division by a zero stride, an
-# index past a list): the model is malformed, and the error names the node
-_MALFORMED = (ArithmeticError, IndexError, KeyError, ValueError, TypeError, MemoryError,
-              OverflowError, RecursionError)
 
 
 def _untie(node, env, params, untied) -> None:
@@ -441,30 +380,6 @@ def _untie(node, env, params, untied) -> None:
         entry["readers"] += 1
 
 
-def _converted(ctx, convert, args, attrs) -> list:
-    """The converter's results as a list; every failure is a GraphcError naming the node,
-    and no result may be larger than an address space."""
-    try:
-        outs = convert(ctx, args, attrs)
-    except ModelError as e:
-        if e.bare_message.startswith(ctx.where()):
-            raise
-        raise ModelError(f"{ctx.where()}: {e.bare_message}") from None
-    except GraphcError:
-        raise
-    except _MALFORMED as e:
-        raise ModelError(f"{ctx.where()}: the node cannot be imported: "
-                         f"{type(e).__name__}: {e}") from e
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    for k, o in enumerate(outs):
-        if isinstance(o, gc.Tensor):
-            try:
-                check_size(o.shape, o.dtype, f"output #{k}")
-            except ModelError as e:
-                raise ModelError(f"{ctx.where()}: {e.bare_message}") from None
-    return outs
-
-
 def _check_old_opset(ctx, node):
     import onnx
     try:
@@ -475,56 +390,6 @@ def _check_old_opset(ctx, node):
     if then != now:
         raise ctx.unsupported(f"this op's opset-{ctx.opset} version differs from the "
                               f"opset-{IMPLEMENTED_FROM} one graphc implements")
-
-
-def _narrow_type(ctx, node, name, value, attrs):
-    """The narrow integer ONNX type output `name` has, or None."""
-    if name in ctx.inferred:
-        t = ctx.inferred[name]
-        return t if t in odt.NARROW else None
-    if isinstance(value, np.ndarray) and value.dtype.name in odt.NARROW_NUMPY:
-        return odt.NARROW_NUMPY[value.dtype.name]
-    if node.op_type == "Cast":
-        return attrs["to"] if attrs["to"] in odt.NARROW else None
-    if node.op_type == "CastLike":
-        return ctx.operand_types[1] if len(ctx.operand_types) > 1 else None
-    if node.op_type in INDEX_RESULTS:
-        return None
-    dtype = value.dtype if isinstance(value, gc.Tensor) else np.asarray(value).dtype.name
-    for t in ctx.operand_types:
-        if t is not None and odt.compute_dtype(t) == dtype:
-            return t
-    return None
-
-
-def _narrowed(ctx, node, name, value, attrs):
-    """`value` wrapped into its narrow integer type's range (and recorded as of that type),
-    or as it is."""
-    if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and \
-            value.dtype.name not in ("int32", "int64") and value.dtype.name not in \
-            odt.NARROW_NUMPY:
-        raise ctx.unsupported(f"output {name!r} has element type {value.dtype} "
-                              f"(graphc computes in int32/int64 for 8-, 16- and 32-bit ones)")
-    t = _narrow_type(ctx, node, name, value, attrs)
-    if t is None:
-        return value
-    ctx.narrow[name] = t
-    if isinstance(value, np.ndarray):
-        return odt.wrap(value, t)
-    if value.dtype != odt.compute_dtype(t):
-        value = gc.cast(value, odt.compute_dtype(t))
-    elif node.op_type in VALUE_PRESERVING:
-        return value
-    return odt.wrap(value, t)
-
-
-def _narrow_float(args):
-    """The 16-bit float dtype of a composite op's tensor operands, if any: such ops compute
-    in float32 and round once, as the ONNX reference and onnxruntime do."""
-    for a in args:
-        if isinstance(a, gc.Tensor) and a.dtype in ("float16", "bfloat16"):
-            return a.dtype
-    return None
 
 
 def _attribute(a):
@@ -559,10 +424,8 @@ def _node_label(node) -> str:
     return f"producing {first!r}" if first else "(unnamed)"
 
 
-def _frozen(arr):
-    arr = np.array(arr, order="C", copy=True)
-    arr.setflags(write=False)
-    return arr
+def _initializer_location(label: str, name: str) -> str:
+    return f"{label} initializer {name!r}"
 
 
 def _symbol_name(param: str, input_name: str, axis: int):
