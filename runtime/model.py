@@ -193,7 +193,7 @@ class Model:
             sections[f"variable/{name}"] = array_bytes(value)
         manifest = {k: v for k, v in self.manifest.items()
                     if k not in ("sections", "signed", "format_version")}
-        artifact.write(path, manifest, stamp_code(manifest, sections), key=key)
+        artifact.write(path, manifest, plan_digest.stamp_sections(manifest, sections), key=key)
 
 
 def load(path: str, key=None, require_signed: bool | None = None) -> Model:
@@ -229,16 +229,6 @@ def _tensor_section(sections: dict, manifest: dict, digest) -> bytes | None:
     return None
 
 
-def stamp_code(manifest: dict, sections: dict) -> dict:
-    """`sections` with the code's plan digest set for `manifest` (graphc_runtime.plan_digest)."""
-    value = plan_digest.digest(manifest)
-    out = dict(sections)
-    for name in ("object", "object_profile", "ptx"):
-        if name in out:
-            out[name] = plan_digest.stamp(out[name], value, "ptx" if name == "ptx" else name)
-    return out
-
-
 def save_program(path: str, manifest: dict, static_sections: dict, variables: dict,
                  constants: list, key=None) -> None:
     """Write an artifact from a compiled program's parts (used by graphc's Executable).
@@ -247,14 +237,12 @@ def save_program(path: str, manifest: dict, static_sections: dict, variables: di
     sections = dict(static_sections)
     for name, value in variables.items():
         sections[f"variable/{name}"] = array_bytes(value)
-    for k, c in enumerate(constants):
-        sections[f"constant/{k}"] = array_bytes(c)
     recipes = manifest.get("derived") or {}
-    for k in recipes:                                  # computed when loaded instead
-        sections.pop(f"constant/{k}", None)
-    held = {hashlib.sha256(data).hexdigest() for name, data in sections.items()
-            if name.startswith("constant/")}          # (variables change; constants do not)
-    held |= {entry["sha256"] for entry in recipes.values()}
+    held = {entry["sha256"] for entry in recipes.values()}
+    for k, c in enumerate(constants):
+        if str(k) not in recipes:                      # (else computed when loaded)
+            sections[f"constant/{k}"] = array_bytes(c)
+            held.add(hashlib.sha256(sections[f"constant/{k}"]).hexdigest())
     sections = {name: data for name, data in sections.items()
                 if not (name.startswith("tensor/") and name[7:] in held)}
-    artifact.write(path, manifest, stamp_code(manifest, sections), key=key)
+    artifact.write(path, manifest, plan_digest.stamp_sections(manifest, sections), key=key)

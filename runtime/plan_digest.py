@@ -24,6 +24,7 @@ from .errors import ArtifactError
 MARKER = b"GRAPHC-PLAN-DIGEST:"
 PLACEHOLDER = MARKER + bytes(32)
 PTX_MARKER = b"// graphc-plan-digest: "
+CODE_SECTIONS = ("object", "object_profile", "ptx")     # the sections that carry one
 _NOT_HASHED = ("sections", "format_version", "signed")
 
 
@@ -39,6 +40,13 @@ def digest(manifest: dict) -> bytes:
     seen = json.loads(json.dumps(manifest, sort_keys=True, default=dims.json_default),
                       object_hook=dims.json_object_hook)
     return hashlib.sha256(canonical(seen)).digest()
+
+
+def stamp_sections(manifest: dict, sections: dict) -> dict:
+    """`sections` with each code section's digest set for `manifest` (used when saving)."""
+    value = digest(manifest)
+    return {name: stamp(data, value, name) if name in CODE_SECTIONS else data
+            for name, data in sections.items()}
 
 
 def stamp(code: bytes, value: bytes, what: str) -> bytes:
@@ -67,10 +75,8 @@ def carried(code: bytes, what: str) -> bytes:
 def check(manifest: dict, sections: dict, label: str) -> None:
     """Refuse an artifact whose code was not compiled for this manifest."""
     want = digest(manifest)
-    codes = [(name, "ptx" if name == "ptx" else "object") for name in
-             ("object", "object_profile", "ptx") if name in sections]
-    for name, kind in codes:
-        if carried(sections[name], kind) != want:
+    for name in CODE_SECTIONS:
+        if name in sections and carried(sections[name], name) != want:
             raise ArtifactError(f"{label}: the manifest does not match its code ({name!r} "
                                 f"was compiled for another plan): the manifest was edited, "
                                 f"or the code belongs to another program")

@@ -12,7 +12,7 @@ import pytest
 import graphc as gc
 import graphc_runtime
 from graphc_runtime import artifact, plan_digest
-from graphc_runtime.model import stamp_code
+from graphc_runtime.plan_digest import stamp_sections as stamp_code
 
 KEY = b"0123456789abcdef-graphc-test-key"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -170,7 +170,8 @@ import json, sys, numpy as np
 sys.path.insert(0, sys.argv[1])
 import graphc_runtime
 from graphc_runtime import artifact, errors
-from graphc_runtime.model import Model, stamp_code
+from graphc_runtime.model import Model
+from graphc_runtime.plan_digest import stamp_sections as stamp_code
 
 paths, edits, forge = sys.argv[2].split(","), int(sys.argv[3]), sys.argv[4] == "forge"
 rng = np.random.default_rng(int(sys.argv[5]))

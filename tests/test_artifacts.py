@@ -112,7 +112,7 @@ def rewrite_manifest(data: bytes, edit) -> bytes:
 def reencode(data: bytes, edit) -> bytes:
     """The artifact with its manifest edited and its code's plan digest set to match (as
     only a deliberate forger would): what the checks after the digest see."""
-    from graphc_runtime.model import stamp_code
+    from graphc_runtime.plan_digest import stamp_sections as stamp_code
     manifest, sections = artifact.parse(data)
     manifest = {k: v for k, v in manifest.items() if k not in ("sections", "format_version")}
     edit(manifest)
