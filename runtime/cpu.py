@@ -227,7 +227,7 @@ class CpuProgram:
             self._prepare_symbolic()
 
     def profile_timestamps(self):
-        """(kernels [K, 4]: start, end, CPU ns of the calling thread; chunks [K, C, 4]:
+        """(kernels [K, 3]: start, end, CPU ns of the calling thread; chunks [K, C, 4]:
         start, end, thread, CPU ns) int64 nanoseconds (CLOCK_MONOTONIC; CPU time by
         CLOCK_THREAD_CPUTIME_ID) of the last call of a profiling build (see
         graphc.codegen.cpu.profiling), or None for a normal build. Zeros mark what did
@@ -236,11 +236,11 @@ class CpuProgram:
         if not shape:
             return None
         k, c = (ctypes.c_int64 * 2).from_address(shape)
-        kernels = np.ctypeslib.as_array((ctypes.c_int64 * (4 * max(k, 1))).from_address(
+        kernels = np.ctypeslib.as_array((ctypes.c_int64 * (3 * max(k, 1))).from_address(
             self.engine.get_global_value_address("graphc_profile_kernels")))
         chunks = np.ctypeslib.as_array((ctypes.c_int64 * (4 * max(k, 1) * c)).from_address(
             self.engine.get_global_value_address("graphc_profile_chunks")))
-        return kernels[:4 * k].reshape(k, 4), chunks[:4 * k * c].reshape(k, c, 4)
+        return kernels[:3 * k].reshape(k, 3), chunks[:4 * k * c].reshape(k, c, 4)
 
     def run(self, args: tuple, kwargs: dict) -> list:
         if self._entry is not None and not self.poison_arena:

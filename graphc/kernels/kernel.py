@@ -536,25 +536,16 @@ EXPENSIVE = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "
 MAX_STASH_ELEMENTS = 1 << 15
 
 
-def _walk(e, out: dict):
-    """id -> expr for every value expression under `e`."""
+def _walk(e, out: dict, choices: bool = True):
+    """id -> expr for every value expression under `e`; without `choices`, only those
+    computed on every path (a concatenate choice's parts are computed only in the branch
+    taken, so they are not entered)."""
     if id(e) in out:
         return
     out[id(e)] = e
-    if isinstance(e, (Prim, Choose)):
+    if isinstance(e, Prim) or choices and isinstance(e, Choose):
         for a in (e.args if isinstance(e, Prim) else e.parts):
-            _walk(a, out)
-
-
-def _walk_computed(e, out: dict):
-    """id -> expr for every value a row's stage computes on every path: a concatenate
-    choice's parts are computed only in the branch taken, so they are not entered."""
-    if id(e) in out:
-        return
-    out[id(e)] = e
-    if isinstance(e, Prim):
-        for a in e.args:
-            _walk_computed(a, out)
+            _walk(a, out, choices)
 
 
 def value_exprs(exprs) -> list:
@@ -588,7 +579,7 @@ def _stash_candidates(stages, full_stores, red_shape) -> list:
     chosen, taken, memo = [], set(), {}
     for k in range(len(stages) - 1, -1, -1):
         here: dict = {}
-        _walk_computed(stages[k].value, here)
+        _walk(stages[k].value, here, choices=False)
         later: dict = {}
         for e in later_exprs:
             _walk(e, later)

@@ -4,7 +4,7 @@ kernel split across threads, written to globals that the runtime reads after a c
 The normal build has none of this code.
 
     graphc_profile_shape   [2 x i64]          kernels K, chunks per kernel C
-    graphc_profile_kernels [4K x i64]         start, end of kernel k, and the calling
+    graphc_profile_kernels [3K x i64]         start, end of kernel k, and the calling
                                               thread's CPU time spent in it
     graphc_profile_chunks  [4KC x i64]        start, end, thread of chunk c of kernel k
                                               (0 where the chunk did not run on a team),
@@ -21,7 +21,7 @@ from .types import I8, I32, I64
 
 CLOCK_MONOTONIC = 1          # Linux
 CLOCK_THREAD_CPUTIME_ID = 3
-KERNEL_FIELDS, CHUNK_FIELDS = 4, 4
+KERNEL_FIELDS, CHUNK_FIELDS = 3, 4
 
 
 class Profiling:

@@ -20,20 +20,17 @@ class ReductionEmitter:
         for n in k.reduced_shape:
             size *= n
         lin_all = ix.linearize(k.reduced_vars, k.reduced_shape)
-        scratch = {}
-        exprs = {}
+        scratch = {}                   # id(expr) -> (stage, row-sized alloca, expr)
         for st, e in k.stashed:
             ty = self._expr_type(e)
             with b.goto_entry_block():
-                scratch[id(e)] = (st, b.alloca(ty, size=ir.Constant(I64, size)))
-            exprs[id(e)] = e
+                scratch[id(e)] = (st, b.alloca(ty, size=ir.Constant(I64, size)), e)
         self.stash = {}
         self.row_lin = lin_all
         for stage, red in enumerate(k.reductions):
             for e in k.row_values[stage]:      # once per row, before the stage's loop
                 self.value(e)
-            mine = [(i, ptr) for i, (st, ptr) in scratch.items() if st == stage]
-            mine_exprs = [exprs[i] for i, _ in mine]
+            mine = [(i, ptr, e) for i, (st, ptr, e) in scratch.items() if st == stage]
             acc_ty = COMPUTE[red.acc_dtype]
             acc = self._alloca(acc_ty)
             b.store(self._identity(red.kind, red.acc_dtype), acc)
@@ -42,11 +39,11 @@ class ReductionEmitter:
                 b.store(ir.Constant(I64, 0), idx)
             lin = ix.linearize(k.reduced_vars, k.reduced_shape)
 
-            def body(red=red, acc=acc, idx=idx, lin=lin, mine=mine, mine_exprs=mine_exprs):
+            def body(red=red, acc=acc, idx=idx, lin=lin, mine=mine):
                 v = self.convert_value(self.value(red.value), red.value.dtype, red.acc_dtype)
                 # a value to keep is usually computed by the stage's value already; not
                 # where it lies under a value an earlier stage kept (loaded, not computed)
-                for (i, ptr), e in zip(mine, mine_exprs):
+                for _, ptr, e in mine:
                     b.store(self.value(e), b.gep(ptr, [self.index(lin_all)]))
                 cur = b.load(acc)
                 if idx is None:
@@ -63,7 +60,7 @@ class ReductionEmitter:
             else:
                 result = self.cast_int(position, red.dtype)
             self.accs[stage] = result
-            self.stash.update(mine)
+            self.stash.update((i, ptr) for i, ptr, _ in mine)
         for e in k.row_values[-1]:
             self.value(e)
         self.row_stores(k.row_stores)
