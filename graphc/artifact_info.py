@@ -8,6 +8,7 @@ from graphc_runtime import __version__ as runtime_version
 from graphc_runtime import derived
 
 from .ir.serialize import dumps as graph_dumps
+from .ir.source import is_declared
 
 
 def kernel_entries(program, plan, lowered) -> list:
@@ -37,7 +38,7 @@ def provenance(locations, most: int = 6) -> list:
     at most `most` (file:line locations of Python code are left out)."""
     out = []
     for loc in locations:
-        if loc and not loc.rpartition(":")[2].isdigit() and loc not in out:
+        if is_declared(loc) and loc not in out:
             out.append(loc)
     out.sort(key=lambda loc: " node " not in loc)          # the model's nodes first
     return out[:most]
@@ -67,7 +68,7 @@ def describe_program(program, plan, lowered, target: dict, code: dict, structure
         "graph_name": program.graph.name,
     }
     # the graphs refer to their arrays' bytes, kept once each in a section "tensor/<sha>"
-    # (saving drops those whose bytes a constant or variable section already holds)
+    # (saving drops those whose bytes a constant's section already holds)
     tensors: dict = {}
     graph_json = graph_dumps(program.graph, program.roots(), include_variables=False,
                              tensors=tensors).encode()

@@ -158,16 +158,16 @@ def cmd_viz(args) -> int:
     out = args.output
     ext = os.path.splitext(out)[1].lower()
     if args.memory:
+        if ext not in (".svg", ".png"):
+            raise CliError(f"--memory writes .svg or .png, not {ext or 'no extension'}")
         sizes = _sizes(args.size)
         try:
             if ext == ".svg":
                 _write(out, viz.memory_svg(memory, sizes))
-            elif ext == ".png":
+            else:
                 viz.memory_png(memory, out, sizes)
         except (RuntimeError, ValueError) as e:
             raise CliError(str(e)) from None
-        if ext not in (".svg", ".png"):
-            raise CliError(f"--memory writes .svg or .png, not {ext or 'no extension'}")
         print(f"wrote {out}")
         return 0
     view = viz.ProgramView(graph_json, fusion, memory, manifest.get("graph_name", "graph"))
@@ -208,12 +208,13 @@ def _key(args):
 
 
 def cmd_info(args) -> int:
-    _, fusion, memory, manifest = Target(args.path, key=_key(args)).parts()
+    key = _key(args)
+    _, fusion, memory, manifest = Target(args.path, key=key).parts()
     sig = manifest["signature"]
     lines = [f"graph: {manifest.get('graph_name', '?')}",
-             "signed: " + ("yes, verified with the key" if manifest.get("signed") and
-                           _key(args) else "yes (no key given to verify it)"
-                           if manifest.get("signed") else "no"),
+             "signed: " + ("no" if not manifest.get("signed") else
+                           "yes, verified with the key" if key else
+                           "yes (no key given to verify it)"),
              f"target: {manifest['target'].get('triple')} ({manifest['target'].get('cpu')})",
              f"graphc version: {manifest.get('graphc_version')}", "inputs:"]
     lines += [f"  {n}: {d}{_shape_text(s)}" for n, s, d in sig["inputs"]] or ["  (none)"]
@@ -324,6 +325,10 @@ def cmd_bench(args) -> int:
     return subprocess.call([sys.executable, "-m", "bench"] + list(args.rest), cwd=here)
 
 
+def _key_option(parser, what: str) -> None:
+    parser.add_argument("--key", metavar="FILE", help=f"{what} the key in FILE (HMAC-SHA256)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="graphc", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -332,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("path", help="artifact (.gcx) or file.py:attribute")
     d.add_argument("--stage", choices=STAGES, default="optimized")
     d.add_argument("--pass", dest="pass_name", help="print the graph after this pass")
-    d.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
+    _key_option(d, "verify the artifact's signature with")
     d.set_defaults(fn=cmd_dump)
     v = sub.add_parser("viz", help="draw the fused graph or the memory plan")
     v.add_argument("path")
@@ -340,36 +345,36 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--memory", action="store_true", help="draw the memory plan instead")
     v.add_argument("--size", action="append", metavar="NAME=N",
                    help="draw a symbolic size at N (default: a typical 64; repeatable)")
-    v.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
+    _key_option(v, "verify the artifact's signature with")
     v.set_defaults(fn=cmd_viz)
     i = sub.add_parser("info", help="signature, kernels, arena size and target")
     i.add_argument("path")
-    i.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
+    _key_option(i, "verify the artifact's signature with")
     i.set_defaults(fn=cmd_info)
     r = sub.add_parser("run", help="run an artifact on .npy inputs")
     r.add_argument("artifact")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     r.add_argument("--output-dir", help="write each output as NAME.npy here")
-    r.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
+    _key_option(r, "verify the artifact's signature with")
     r.set_defaults(fn=cmd_run)
     pr = sub.add_parser("profile", help="time each kernel of an artifact; Chrome trace")
     pr.add_argument("artifact")
     pr.add_argument("--input", action="append", metavar="NAME=FILE.npy")
     pr.add_argument("--repeat", type=int, default=10, help="profiled calls (default 10)")
     pr.add_argument("-o", "--output", help="write a Chrome trace-event file (trace.json)")
-    pr.add_argument("--key", metavar="FILE", help="verify the artifact's signature with the key in FILE")
+    _key_option(pr, "verify the artifact's signature with")
     pr.set_defaults(fn=cmd_profile)
     c = sub.add_parser("compile", help="compile file.py:function into an artifact")
     c.add_argument("target", help="file.py:function (returns outputs or an Executable)")
     c.add_argument("-o", "--output", required=True)
-    c.add_argument("--key", metavar="FILE", help="sign the artifact with the key in FILE")
+    _key_option(c, "sign the artifact with")
     c.set_defaults(fn=cmd_compile)
     im = sub.add_parser("import", help="compile an ONNX model into an artifact")
     im.add_argument("model", help="model.onnx")
     im.add_argument("-o", "--output", required=True, help="model.gcx")
     im.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
                     help="size of an input with symbolic dims (repeatable)")
-    im.add_argument("--key", metavar="FILE", help="sign the artifact with the key in FILE")
+    _key_option(im, "sign the artifact with")
     im.set_defaults(fn=cmd_import)
 
     b = sub.add_parser("bench", help="run the benchmarks (source checkout)")

@@ -70,7 +70,7 @@ def _shape(shape, dtype, what: str, label: str, symbols) -> None:
     total = NUMPY[dtype].itemsize
     for d in shape:
         if isinstance(d, Dim):
-            unknown = set(d.symbols()) - set(symbols) if hasattr(d, "symbols") else set()
+            unknown = d.symbols() - set(symbols)
             if unknown:
                 raise ArtifactError(f"{label}: {what}: size {d} uses symbols the signature "
                                     f"does not declare")

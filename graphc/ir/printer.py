@@ -8,6 +8,7 @@ import numpy as np
 from typing import TYPE_CHECKING
 
 from . import dtypes
+from .source import is_declared
 
 if TYPE_CHECKING:              # graph.py imports this module to print itself
     from .graph import Graph, Node
@@ -41,12 +42,11 @@ def format_node(node: Node, with_location: bool = False) -> str:
     notes = []
     if node.name and node.op not in ("parameter", "variable"):
         notes.append(node.name)
-    if node.loc:
+    if is_declared(node.loc):          # an importer's provenance (an ONNX node): always
+        notes.append(node.loc)
+    elif with_location and node.loc:
         path, _, line = node.loc.rpartition(":")
-        if not line.isdigit():         # an importer's provenance (an ONNX node): always
-            notes.append(node.loc)
-        elif with_location:
-            notes.append(f"{os.path.basename(path)}:{line}")
+        notes.append(f"{os.path.basename(path)}:{line}")
     if notes:
         text += "   # " + " ".join(notes)
     for k, v in node.attrs.items():           # a control node's bodies, nested

@@ -23,6 +23,12 @@ def located(where: str):
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def is_declared(loc) -> bool:
+    """Whether a node's location is an importer's provenance (an ONNX node), not the
+    'file.py:LINE' of Python code."""
+    return bool(loc) and not loc.rpartition(":")[2].isdigit()
+
+
 def user_location() -> str | None:
     """'file.py:LINE' of the innermost stack frame outside the graphc package, or the
     provenance `located` declares."""
