@@ -72,13 +72,6 @@ def describe_program(program, plan, lowered, target: dict, code: dict, structure
     tensors: dict = {}
     graph_json = graph_dumps(program.graph, program.roots(), include_variables=False,
                              tensors=tensors).encode()
-    # constants computed from a tensor the graphs keep (a convolution's Winograd filters
-    # from its filters) are stored as the recipe, not as bytes (graphc_runtime.derived)
-    if source is not None:
-        filters = [n.attrs["value"] for n in source.graph.nodes if n.op == "constant" and
-                   n.attrs["value"].size >= 64]
-        manifest["derived"] = {str(k): entry for k, entry in derived.find(
-            [value for _, value in lowered.constants], filters).items()}
     source_json = graph_dumps(source.graph, source.roots(), include_variables=False,
                               tensors=tensors).encode() if source is not None else None
     sections = {
@@ -92,4 +85,15 @@ def describe_program(program, plan, lowered, target: dict, code: dict, structure
                                    "outputs": [o.id for o in program.outputs],
                                    "updates": [[n, v.id] for n, v in program.updates]}).encode(),
     }
-    return {"manifest": manifest, "sections": sections}
+
+    def derived_constants() -> dict:
+        """Constants computed from a tensor the graphs keep (a convolution's Winograd
+        filters from its filters), to store as the recipe, not as bytes
+        (graphc_runtime.derived); found when the program is saved, not at every compile."""
+        if source is None:
+            return {}
+        filters = [n.attrs["value"] for n in source.graph.nodes if n.op == "constant" and
+                   n.attrs["value"].size >= 64]
+        return {str(k): entry for k, entry in derived.find(
+            [value for _, value in lowered.constants], filters).items()}
+    return {"manifest": manifest, "sections": sections, "derived": derived_constants}

@@ -106,6 +106,11 @@ class Executable:
         the file is signed, and loading it with the same key verifies it."""
         from graphc_runtime.model import save_program
         manifest = self.manifest()
+        if "derived" in self._info:
+            if "derived_constants" not in self._info:
+                self._info["derived_constants"] = self._info["derived"]()
+            if self._info["derived_constants"]:
+                manifest["derived"] = self._info["derived_constants"]
         if manifest["structure"] is None:
             raise CompileError("cannot save: the outputs are a dict with non-string keys")
         sections = dict(self._info["sections"])
