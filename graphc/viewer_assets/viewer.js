@@ -36,9 +36,11 @@
   const kernelTitle = (k) => `kernel ${k.index} · ${k.kind} · ${k.nodes.length} ops`;
   // a cluster is a fused kernel (the fused view) or a namespace of an imported model's
   // nodes (the graph views); its key is "k<index>" or "g<view>:<index>"
+  const kernelKey = (index) => "k" + index;
+  const groupKey = (index) => "g" + state.view + ":" + index;
   function clusterOf(view, n) {
-    if (view.clusters) return n.kernel !== undefined ? "k" + n.kernel : undefined;
-    if (view.groups && n.group !== undefined) return "g" + state.view + ":" + n.group;
+    if (view.clusters) return n.kernel !== undefined ? kernelKey(n.kernel) : undefined;
+    if (view.groups && n.group !== undefined) return groupKey(n.group);
     return undefined;
   }
   function clusterInfo(key) {
@@ -448,8 +450,10 @@
   });
   function collapseAll() {
     const view = data.views[state.view];
-    if (view.clusters) kernels.forEach((k) => { if (k.nodes.length) state.collapsed.add("k" + k.index); });
-    (view.groups || []).forEach((g, i) => state.collapsed.add("g" + state.view + ":" + i));
+    if (view.clusters) {
+      kernels.forEach((k) => { if (k.nodes.length) state.collapsed.add(kernelKey(k.index)); });
+    }
+    (view.groups || []).forEach((g, i) => state.collapsed.add(groupKey(i)));
   }
   document.getElementById("expand-all").addEventListener("click", () => {
     state.collapsed.clear(); state.kept = false; render(); });
