@@ -12,7 +12,7 @@ from . import dtypes as odt
 from . import functions
 from . import ops
 from . import (ops_control, ops_math, ops_nn, ops_pool, ops_quant,  # noqa: F401 (they
-               ops_resize, ops_rnn, ops_signal)                      # register converters)
+               ops_resize, ops_rnn, ops_shape, ops_signal)           # register converters)
 from .dtypes import dtype_of, to_array
 from graphc_runtime.dims import Undecidable, is_symbolic
 
