@@ -3,7 +3,7 @@
 Build a graph with placeholders, constants and variables; differentiate it with
 `grad`; run it with the reference interpreter (`evaluate`).
 """
-from .codegen.llvm_features import require_supported_llvmlite
+from .backends.llvm.features import require_supported_llvmlite
 
 require_supported_llvmlite()
 

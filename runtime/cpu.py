@@ -230,7 +230,7 @@ class CpuProgram:
         """(kernels [K, 3]: start, end, CPU ns of the calling thread; chunks [K, C, 4]:
         start, end, thread, CPU ns) int64 nanoseconds (CLOCK_MONOTONIC; CPU time by
         CLOCK_THREAD_CPUTIME_ID) of the last call of a profiling build (see
-        graphc.codegen.cpu.profiling), or None for a normal build. Zeros mark what did
+        graphc.backends.cpu.profiling), or None for a normal build. Zeros mark what did
         not run."""
         shape = self.engine.get_global_value_address("graphc_profile_shape")
         if not shape:

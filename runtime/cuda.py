@@ -129,7 +129,7 @@ class CudaProgram:
 
 # -- the launch table ---------------------------------------------------------------------
 # A frame is (arena address, slot addresses) of one program: the executable's, or a loop
-# body's or branch's (graphc.codegen.cuda._launch_table). Control entries run their
+# body's or branch's (graphc.backends.cuda._launch_table). Control entries run their
 # regions' launches from the host: a scan per step, a while_loop until its cond region's
 # flag (read back) is false, a cond the branch its predicate (read back) picks.
 

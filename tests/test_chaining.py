@@ -1,11 +1,11 @@
-"""Chained chunks (graphc/kernels/chaining.py): a small loop kernel after a split kernel
+"""Chained chunks (graphc/schedule/chaining.py): a small loop kernel after a split kernel
 runs in that kernel's thread chunks. Results must not change: checked against the
 reference interpreter, bitwise across thread counts, and the safety rules one by one."""
 import numpy as np
 import pytest
 
 import graphc as gc
-from graphc.kernels import chaining
+from graphc.schedule import chaining
 from graphc.kernels import kernel as K
 
 
@@ -58,31 +58,30 @@ def test_a_follower_reading_other_rows_of_the_split_axis_is_not_chained():
 
 
 def _lowered(g, y, threads=2):
-    from graphc.codegen import cpu as cg
+    from graphc.backends.cpu import backend
     seen = {}
-    real = cg.emit_module
+    real = backend.emit_module
 
     def spy(name, lowered, n, profile=False):
         seen["lowered"] = lowered
         return real(name, lowered, n, profile)
-    import graphc.compiler as compiler
-    compiler.cpu_codegen.emit_module = spy
+    backend.emit_module = spy
     try:
         with g:
             gc.compile(y, num_threads=threads)
     finally:
-        compiler.cpu_codegen.emit_module = real
+        backend.emit_module = real
     return seen["lowered"]
 
 
 def test_the_follower_is_never_placed_over_what_its_leader_reads():
     g, y, feeds = conv_stack(1)
     low = _lowered(g, y)
-    plan = gc.codegen.cpu.chain_plan(low.kernels, 2, low.memory.offsets)
+    plan = gc.backends.cpu.chain_plan(low.kernels, 2, low.memory.offsets)
     assert plan
     for t, u in plan.items():
         leader, follower = low.kernels[t], low.kernels[t + 1]
-        split = gc.codegen.cpu.split_var(leader, 2)[0]
+        split = gc.backends.cpu.split_var(leader, 2)[0]
         assert chaining.follower_split(leader, split, follower, low.memory.offsets) == u
         # memory planning kept them apart; moved over the leader's input, refused
         inputs = [ld.buffer for ld in K.kernel_loads(leader) if ld.buffer.kind == "temp"]

@@ -286,7 +286,7 @@ def test_large_results_are_recycled_only_when_nobody_holds_them(graph):
 def test_deep_elementwise_chains_are_cut_at_the_depth_limit():
     """A chain of thousands of fused ops compiled with a RecursionError in the kernel
     builders; fusion now materializes every MAX_GROUP_DEPTH-th value."""
-    from graphc.passes.fusion import MAX_GROUP_DEPTH
+    from graphc.schedule.fusion import MAX_GROUP_DEPTH
     v = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
     with gc.Graph():
         x = gc.placeholder(v.shape, name="x")

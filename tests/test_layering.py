@@ -1,6 +1,7 @@
 """The architecture's layering, checked on the source: no import cycles between modules
-(counting imports inside functions too), no pass imports a backend, and the runtime never
-imports the compiler."""
+(counting imports inside functions too), and the package order
+runtime < IR < graph passes < kernel IR < scheduling < backends < API: a module imports
+only modules of its own layer or of layers below (the runtime none of graphc's)."""
 import ast
 import os
 
@@ -67,13 +68,51 @@ def test_no_import_cycles():
     assert cycles == [], "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles[:10])
 
 
-def test_passes_do_not_import_backends_and_the_runtime_not_the_compiler():
+# the layers, lowest first; every other graphc module is the API (tensor, functions, nn,
+# optim, autodiff, control flow, the compile driver, onnx, the CLI and viewer)
+LAYERS = ["graphc_runtime", "graphc.ir", "graphc.passes", "graphc.kernels",
+          "graphc.schedule", "graphc.backends"]
+
+
+def layer(module: str) -> int:
+    for rank, prefix in enumerate(LAYERS):
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return len(LAYERS)
+
+
+def test_every_module_imports_only_its_layer_or_those_below():
     g = import_graph()
+    wrong = [f"{mod} ({LAYERS[layer(mod)] if layer(mod) < len(LAYERS) else 'API'}) imports "
+             f"{dep}" for mod, dep in g.edges() if layer(dep) > layer(mod) and dep != "graphc"]
+    assert wrong == [], "\n".join(wrong)
+    # loop and branch bodies are compiled by the driver's compiler, handed down: nothing
+    # in scheduling runs the pass pipeline itself
     for mod in g:
-        for dep in g.successors(mod):
-            if mod.startswith("graphc.passes"):
-                assert not dep.startswith("graphc.codegen"), f"{mod} imports {dep}"
-            if mod.startswith("graphc.kernels"):
-                assert not dep.startswith("graphc.codegen"), f"{mod} imports {dep}"
-            if mod.startswith("graphc_runtime"):
-                assert not dep.startswith("graphc."), f"{mod} imports {dep}"
+        if mod.startswith("graphc.schedule"):
+            assert not any(d in ("graphc.passes.pipeline", "graphc.passes.manager")
+                           for d in g.successors(mod)), mod
+
+
+def test_backends_share_llvm_and_never_import_each_other():
+    g = import_graph()
+    for mod, dep in g.edges():
+        if mod.startswith("graphc.backends.llvm"):
+            assert not dep.startswith(("graphc.backends.cpu", "graphc.backends.cuda")), \
+                f"{mod} imports {dep}"
+        if mod.startswith("graphc.backends.cpu"):
+            assert not dep.startswith("graphc.backends.cuda"), f"{mod} imports {dep}"
+
+
+def test_no_device_names_compared_outside_the_backends():
+    """A device kind ('cpu', 'cuda') is a backend's business: no graph pass, kernel IR or
+    scheduling module, nor the driver, compares one."""
+    import re
+    pattern = re.compile(r"""(==|!=|\bin)\s*\(?\s*["'](cpu|cuda)["']|["'](cpu|cuda)["']\s*(==|!=)""")
+    offenders = []
+    for name, path in modules().items():
+        if layer(name) in (2, 3, 4) or name == "graphc.compiler":
+            for k, line in enumerate(open(path), 1):
+                if pattern.search(line) or "annotations.get(\"device\"" in line:
+                    offenders.append(f"{name}:{k}: {line.strip()}")
+    assert offenders == [], "\n".join(offenders)

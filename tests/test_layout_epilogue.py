@@ -71,7 +71,7 @@ def test_pointwise_product_writes_the_depthwise_input(stride, cin, cout, size):
 
 def _splits_recorded(monkeypatch):
     """The variables the CPU backend splits dot kernels with layout nests along."""
-    from graphc.codegen.cpu import parallel
+    from graphc.backends.cpu import parallel
     chosen = []
     real = parallel._blas_split
 
@@ -225,7 +225,7 @@ def test_depthwise_over_a_product_of_its_own_shape_needs_work_for_each_thread():
 
 def _blocks_recorded(monkeypatch, block_bytes):
     """Compile with dots.CHANNEL_BLOCK_BYTES = block_bytes; the blocks chosen are kept."""
-    from graphc.codegen.cpu import dots
+    from graphc.backends.cpu import dots
     chosen = []
     real = dots.channel_block
 
@@ -279,7 +279,7 @@ def test_kernel_scratch_takes_no_arena_room(monkeypatch):
     """Buffers a kernel keeps in its own scratch (the private product, the private
     padded copy or phase planes) get no room in the arena: the same bits with a
     smaller arena than when the memory plan counts them."""
-    from graphc import compiler
+    from graphc.backends.cpu import backend as cpu_backend
 
     def build():
         return _pointwise_then_depthwise(4, 2, np.random.default_rng(11), cin=16, cout=32,
@@ -288,7 +288,7 @@ def test_kernel_scratch_takes_no_arena_room(monkeypatch):
         y, feeds = build()
         exe = gc.compile(y, num_threads=2)
         want = gc.evaluate(y, feeds)
-    monkeypatch.setattr(compiler.cpu_codegen, "scratch_buffers", lambda k: set())
+    monkeypatch.setattr(cpu_backend, "scratch_buffers", lambda k: set())
     with gc.Graph("arena"):
         y2, _ = build()
         counted = gc.compile(y2, num_threads=2)

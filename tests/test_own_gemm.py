@@ -1,4 +1,4 @@
-"""graphc's own GEMM kernels (codegen/cpu/gemm.py) for small products: chosen where they
+"""graphc's own GEMM kernels (backends/cpu/gemm.py) for small products: chosen where they
 beat OpenBLAS, exact against numpy in float64, every tail of rows / columns, transposed
 operands, batches, symbolic sizes, and the same bits for any thread count."""
 import re
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import graphc as gc
-from graphc.codegen.cpu.dots import own_form
+from graphc.backends.cpu.dots import own_form
 
 
 def _compile(shapes, fn, dtype="float32", threads=None):
@@ -135,8 +135,8 @@ def _jit_kernels(features):
 
     import llvmlite.ir as ir
 
-    from graphc.codegen import llvm_features
-    from graphc.codegen.cpu.gemm import GemmBuilder
+    from graphc.backends.llvm import features as llvm_features
+    from graphc.backends.cpu.gemm import GemmBuilder
     from graphc_runtime.cpu import host_target_machine, llvm
     b = llvm()
     module = ir.Module("own_gemm_test")

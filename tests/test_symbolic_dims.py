@@ -471,7 +471,7 @@ def test_random_symbolic_views_match_the_reference(ops, sizes):
 
 
 def test_alias_check_of_symbolic_arena_ranges_is_conservative():
-    from graphc.codegen.cpu.module import _aliased_buffers
+    from graphc.backends.cpu.module import aliased_buffers
     from graphc.kernels import index as ix
     from graphc.kernels import kernel as K
     n = Dim.symbol("batch") - 1                      # may be 0 at the call
@@ -483,4 +483,4 @@ def test_alias_check_of_symbolic_arena_ranges_is_conservative():
                                           K.Store(far, K.Const("float32", 0.0), i[1:2])])
     # a and b share an offset (an in-place pair): whether they overlap depends on batch
     offsets = {1: 64 + 0 * n, 2: 64, 3: 0}
-    assert _aliased_buffers(kern, offsets) == {1, 2}
+    assert aliased_buffers(kern, offsets) == {1, 2}

@@ -1,5 +1,5 @@
 """3x3 stride-1 convolutions by Winograd's F(2x2, 3x3) (winograd_conv2d, produced by
-passes/conv_to_gemm.py, run per image by codegen/cpu/winograd.py): the primitive's rule
+passes/conv_to_gemm.py, run per image by backends/cpu/winograd.py): the primitive's rule
 and reference against the direct convolution, compiled results against the reference
 interpreter (shapes, padding, threads, epilogues, computed filters, float64, gradients),
 and when the pass does not use it."""

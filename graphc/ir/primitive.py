@@ -1,7 +1,13 @@
 """The primitive registry and `bind`, the one way nodes enter a graph.
 
-A Primitive declares its shape/dtype rule and its numpy reference implementation in one
-place (graphc/ir/ops/*.py); its VJP rule lives in graphc/autodiff.py's rules table.
+A Primitive declares, in one `define` call (graphc/ir/ops/*.py), its shape/dtype rule,
+its numpy reference implementation and the facts every later layer asks of it: its
+cost in fusion's units, whether a math function computes it (`transcendental`), whether
+it only reads its operand at remapped indices (`remap`, a view folded into index
+arithmetic) and its C math library names. Rules keyed by primitive live in one table
+each: the VJP in graphc/autodiff.py (`register_vjp`), the kernel expression in
+graphc/kernels/expressions.py (`register_expression`), each backend's lowering of an
+elementwise primitive in graphc/backends/llvm/values.py (`register_lowering`).
 """
 from __future__ import annotations
 
@@ -21,12 +27,21 @@ KINDS = ("elementwise", "source", "view", "reduce", "dot", "conv", "gather", "sc
          "rng", "collective", "control")
 
 
+TRANSCENDENTAL_COST = 6      # fusion's units: a cheap instruction is 1
+
+
 @dataclass(frozen=True)
 class Primitive:
-    """A primitive's declaration: name, family, shape/dtype rule and reference impl.
+    """A primitive's declaration: name, family, shape/dtype rule, reference impl, facts.
 
     rule(inputs, attrs) -> (shape, dtype); raises ShapeError/DTypeError on bad operands.
     impl(args, attrs, node) -> np.ndarray of node.shape and node.dtype's storage type.
+    cost: per element, in cheap-instruction units (fusion's recompute budget).
+    transcendental: computed by a math function (a polynomial or a libm call), far dearer
+        than an instruction (kernel stashes and the CPU's thread split weigh it).
+    remap: reads one operand element per element at remapped indices (a view that index
+        arithmetic folds away: no fill, no choice between operands).
+    libm: the C math library's (float32, float64) names, where it has them.
     """
     name: str
     kind: str
@@ -34,21 +49,45 @@ class Primitive:
     impl: Callable
     arity: int | None = None          # number of inputs, None when variadic
     differentiable: bool = True
+    cost: int = 1
+    transcendental: bool = False
+    remap: bool = False
+    libm: tuple | None = None
 
 
 REGISTRY: dict[str, Primitive] = {}
 
 
 def define(name: str, kind: str, rule: Callable, impl: Callable, arity: int | None = None,
-           differentiable: bool = True) -> Primitive:
-    """Register a primitive; names are unique."""
+           differentiable: bool = True, *, cost: int | None = None,
+           transcendental: bool = False, remap: bool = False,
+           libm: tuple | None = None) -> Primitive:
+    """Register a primitive; names are unique. `cost` defaults to 0 for a remapping
+    view, TRANSCENDENTAL_COST for a transcendental, else 1."""
     if name in REGISTRY:
         raise ValueError(f"primitive {name!r} defined twice")
     if kind not in KINDS:
         raise ValueError(f"unknown primitive kind {kind!r}")
-    prim = Primitive(name, kind, rule, impl, arity, differentiable)
+    if remap and kind != "view":
+        raise ValueError(f"primitive {name!r}: only a view remaps")
+    if cost is None:
+        cost = 0 if remap else TRANSCENDENTAL_COST if transcendental else 1
+    prim = Primitive(name, kind, rule, impl, arity, differentiable, cost, transcendental,
+                     remap, tuple(libm) if libm else None)
     REGISTRY[name] = prim
     return prim
+
+
+def is_transcendental(op: str) -> bool:
+    """Whether `op` (a primitive, or a kernel IR operation such as fma) is computed by a
+    math function."""
+    prim = REGISTRY.get(op)
+    return prim is not None and prim.transcendental
+
+
+def remap_ops() -> frozenset:
+    """The views that only remap indices (folded into index arithmetic, never copied)."""
+    return frozenset(name for name, p in REGISTRY.items() if p.remap)
 
 
 def lookup(op: str) -> Primitive:

@@ -1,8 +1,7 @@
-"""The kernel IR: the backend-neutral layer between the pass pipeline and the backends.
+"""The kernel IR: the backend-neutral layer between the graph passes and scheduling.
 
 `kernel` defines the kernels (a loop nest per fusion group: loop, row-reduction, dot,
-conv, scatter, collective) over `index` expressions; `refine` rewrites loop nests;
-`lower` turns a fused, memory-planned program into scheduled kernels. Fusion asks the
-kernel builders whether a group can become one kernel; the backends (graphc.codegen)
-translate kernels to LLVM IR or PTX. Nothing here imports a backend.
+conv, scatter, collective, control) over `index` expressions; the builders make one from
+a group of nodes; `refine` rewrites loop nests; `products` says where a product fuses
+into a sum. Nothing here imports scheduling or a backend.
 """

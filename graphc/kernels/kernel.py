@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from graphc_runtime.dims import Dim, hint
+from graphc_runtime.dims import Dim
 from graphc_runtime.dims import prod as sym_prod
 from graphc_runtime.errors import CompileError
 
 from ..ir import dtypes
 from ..ir.graph import Node
+from ..ir.primitive import is_transcendental
 from . import index as ix
 from . import products
 
@@ -532,7 +533,6 @@ def build_row(name, roots, members, buffer_of, dests) -> RowKernel:
                      full_stores, row_values, stashed)
 
 
-EXPENSIVE = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "erf", "pow"}
 MAX_STASH_ELEMENTS = 1 << 15
 
 
@@ -562,7 +562,7 @@ def _expensive(e, memo) -> bool:
         if isinstance(e, Choose):
             memo[id(e)] = any(_expensive(a, memo) for a in e.parts)
         else:
-            memo[id(e)] = isinstance(e, Prim) and (e.op in EXPENSIVE or any(
+            memo[id(e)] = isinstance(e, Prim) and (is_transcendental(e.op) or any(
                 _expensive(a, memo) for a in e.args))
     return memo[id(e)]
 
@@ -771,30 +771,6 @@ def channel_vars(k: DotKernel):
         axis[store.buffer.id] = at[0]
         found.append(chan)
     return found
-
-
-LAYOUT_ROWS_MIN = 8     # rows of the product per thread where threads share an image
-
-
-def layout_rows_split(kern, threads: int) -> bool:
-    """Whether threads can share each image of a product with layout nests by its rows
-    (channels): the nests keep to the product's rows (K.channel_vars) and every thread
-    gets LAYOUT_ROWS_MIN of them (a MobileNet-style network at batch 1 on 2 threads)."""
-    ms = [v for v in kern.m_vars if isinstance(v, ix.IVar)]
-    return len(ms) == 1 and isinstance(ix.extent_of(ms[0]), int) and \
-        ix.extent_of(ms[0]) >= LAYOUT_ROWS_MIN * threads and channel_vars(kern) is not None
-
-
-def layout_split(kern, threads: int):
-    """The variable threads share a dot kernel with layout nests by: its images where
-    there is one for each thread, else the product's rows where layout_rows_split
-    allows, else None (one thread runs it)."""
-    images = [v for v in kern.batch_vars if isinstance(v, ix.IVar)]
-    if images and hint(ix.extent_of(images[0])) >= threads:
-        return images[0]
-    if layout_rows_split(kern, threads):
-        return [v for v in kern.m_vars if isinstance(v, ix.IVar)][0]
-    return None
 
 
 def padded_epilogue(node: Node, dot: Node) -> bool:

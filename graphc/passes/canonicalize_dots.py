@@ -46,7 +46,7 @@ def canonicalize_dots(program: Program) -> Program:
         rfree = tuple(d for d in range(rhs.ndim) if d not in rc and d not in rb)
         lgroups, rgroups = [], []
         # a window_view's overlapping axes are no contiguous run to merge (its product
-        # runs on the own windowed kernel, codegen/cpu/gemm.py)
+        # runs on the own windowed kernel, backends/cpu/gemm.py)
         windowed = "window_view" in (lhs.op, rhs.op)
         if _consecutive(lc) and _consecutive(rc) and not windowed:
             lgroups.append(tuple(lc))

@@ -4,8 +4,8 @@ reduce_sum of x (R..., K...) over its leading axes (a bias gradient: the sum ove
 batch and time of a (T, B, N) cotangent) reads x column-wise, one strided pass per
 output; as ones(R) @ x(R, K) it is one BLAS pass over x in memory order. Only for
 operands that are buffers anyway (inputs, variables, products, loop results) and sums
-long and wide enough to matter. CPU only (program.annotations["device"]): the CUDA
-backend has no BLAS and sums columns with a thread per column.
+long and wide enough to matter. In the CPU backend's pipeline only: the CUDA backend
+has no BLAS and sums columns with a thread per column.
 """
 from __future__ import annotations
 
@@ -21,8 +21,6 @@ MATERIALIZED = {"parameter", "variable", "get", "dot_general", "winograd_conv2d"
 
 
 def column_sums(program: Program) -> Program:
-    if program.annotations.get("device", "cpu") != "cpu":
-        return program
     def rewrite(builder, node, inputs):
         if node.op != "reduce_sum" or node.dtype not in ("float32", "float64"):
             return None

@@ -5,7 +5,7 @@ input in place: seen flat per image and channel, the patch matrix is a window_vi
 (row (c, *offset) of image n starts at c*plane + the offset's position), so
 w(O, C*window) @ view gives each image's output already in (N, O, *out) order; the
 padded input is written once instead of a patch matrix window-size times its size, and
-no transposes follow. The own nnw kernel (codegen/cpu/gemm.py) runs the product, writing
+no transposes follow. The own nnw kernel (backends/cpu/gemm.py) runs the product, writing
 output rows of a multiple of 16 as they are and others over the padded width (a wide
 grid whose extra columns are cut off after). A strided 1x1 window first takes the pixels
 it reads (a slice); strided 2-D windows whose output rows round up to whole vectors by at
@@ -502,10 +502,22 @@ def _winograd_decomposed(b: Builder, node, xp, u):
 
 
 def conv_to_gemm(program: Program) -> Program:
-    # the in-place form needs the CPU's own windowed kernel (CUDA's tiled products take
-    # one contracting dimension: it keeps the patch matrices)
-    cpu = program.annotations.get("device", "cpu") == "cpu"
-    winograd = cpu and program.annotations.get("winograd", True)
+    """Convolutions as products that read their input in place (window views, the
+    CPU's own windowed GEMM) or as Winograd's algorithm (`winograd_conv2d`, unless the
+    program's annotations say winograd=False)."""
+    return _convolutions_as_products(program, windowed=True)
+
+
+def conv_to_patches(program: Program) -> Program:
+    """Convolutions as products over patch matrices, and winograd_conv2d as slices,
+    sums and one batched product: for backends whose products take one contracting
+    dimension and have no Winograd kernel (CUDA's tiled products)."""
+    return _convolutions_as_products(program, windowed=False)
+
+
+def _convolutions_as_products(program: Program, windowed: bool) -> Program:
+    cpu = windowed
+    winograd = windowed and program.annotations.get("winograd", True)
 
     def rewrite(builder, node, inputs):
         if node.op == "winograd_conv2d" and not cpu:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from ..ir.primitive import lookup
 from ..ir.region import Region
-from .fusion import VIEW_OPS
 from .program import Program, rebuild
 
-_STAY = VIEW_OPS | {"broadcast_in_dim", "parameter", "constant", "iota", "variable"}
+_SOURCES = {"parameter", "constant", "iota", "variable"}
 
 
 def _plan(region: Region, captured: set):
@@ -31,7 +30,7 @@ def _plan(region: Region, captured: set):
             invariant.add(n.id)
             if any(i.id in reads_capture for i in n.inputs):
                 reads_capture.add(n.id)
-                if n.op not in _STAY:
+                if n.op not in _SOURCES and not lookup(n.op).remap:
                     hoisted.add(n.id)
     # a hoisted node's invariant operands move with it
     for n in reversed(nodes):

@@ -1,9 +1,7 @@
-"""The default pass pipeline (gc.compile's, and each loop body's and branch's)."""
-from .canonicalize_dots import canonicalize_dots
-from .column_sums import column_sums
-from .constant_fold import constant_fold
-from .conv_to_gemm import conv_to_gemm
+"""The graph pass pipeline: the passes every backend runs, with the backend's own
+lowering passes (`Backend.lowering_passes`) in their place after CSE."""
 from .cse import cse
+from .constant_fold import constant_fold
 from .dce import dce
 from .hoist_invariants import hoist_invariants
 from .merge_loops import merge_loops
@@ -13,13 +11,14 @@ from .simplify import simplify
 from .split_reductions import split_reductions
 
 
-def default_pipeline():
-    """The graph passes, in order: name and function."""
+def graph_pipeline(lowering=()) -> list:
+    """The graph passes, in order: (name, function). `lowering`: the backend's passes,
+    (name, function) pairs run after CSE (the CPU's conv_to_gemm, canonicalize_dots and
+    column_sums)."""
     return [("simplify", simplify), ("pads_to_concat", pads_to_concat),
             ("constant_fold", constant_fold),
             ("merge_loops", merge_loops), ("prune_loops", prune_loops),
             ("hoist_invariants", hoist_invariants), ("cse", cse),
-            ("conv_to_gemm", conv_to_gemm), ("canonicalize_dots", canonicalize_dots),
-            ("column_sums", column_sums),
+            *lowering,
             ("split_reductions", split_reductions), ("simplify_again", simplify),
             ("dce", dce)]

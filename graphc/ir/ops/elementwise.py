@@ -211,12 +211,21 @@ BINARY = {
     "xor": ("logical", _logical(np.bitwise_xor, np.logical_xor)),
 }
 
-for _name, (_allowed, _fn) in UNARY.items():
-    define(_name, "elementwise", _unary_rule(_allowed), _in_compute_dtype(_fn), arity=1,
-           differentiable=_allowed != "logical")
-for _name, (_allowed, _fn) in BINARY.items():
-    define(_name, "elementwise", _binary_rule(_allowed), _in_compute_dtype(_fn), arity=2,
-           differentiable=_allowed != "logical")
+# computed by a math function (a polynomial or the C library's, named here), not an
+# instruction: fusion counts them TRANSCENDENTAL_COST, kernels avoid computing them twice
+MATH_FUNCTIONS = {
+    "exp": ("expf", "exp"), "log": ("logf", "log"), "log1p": ("log1pf", "log1p"),
+    "expm1": ("expm1f", "expm1"), "tanh": ("tanhf", "tanh"), "sin": ("sinf", "sin"),
+    "cos": ("cosf", "cos"), "erf": ("erff", "erf"), "pow": ("powf", "pow"),
+    "logistic": None,                  # through exp
+}
+SQRT_COST = 6                          # one instruction, but a slow one
+
+for _name, (_allowed, _fn) in {**UNARY, **BINARY}.items():
+    define(_name, "elementwise", (_unary_rule if _name in UNARY else _binary_rule)(_allowed),
+           _in_compute_dtype(_fn), arity=1 if _name in UNARY else 2,
+           differentiable=_allowed != "logical", transcendental=_name in MATH_FUNCTIONS,
+           libm=MATH_FUNCTIONS.get(_name), cost=SQRT_COST if "sqrt" in _name else None)
 define("compare", "elementwise", _compare_rule, _compare_impl, arity=2, differentiable=False)
 define("select", "elementwise", _select_rule, _select_impl, arity=3)
 define("convert", "elementwise", _convert_rule, _convert_impl, arity=1)

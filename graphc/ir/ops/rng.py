@@ -92,4 +92,4 @@ def _rng_impl(args, attrs, node):
     return np.asarray(out).astype(dtypes.to_numpy(dtype)).reshape(node.shape)
 
 
-define("rng", "rng", _rng_rule, _rng_impl, arity=1, differentiable=False)
+define("rng", "rng", _rng_rule, _rng_impl, arity=1, differentiable=False, cost=40)

@@ -188,18 +188,18 @@ def _window_impl(args, attrs, node):
     return np.take(x, window_positions(attrs["sizes"], attrs["strides"]), axis=-1)
 
 
-define("broadcast_in_dim", "view", _broadcast_rule, _broadcast_impl, arity=1)
+define("broadcast_in_dim", "view", _broadcast_rule, _broadcast_impl, arity=1, remap=True)
 define("reshape", "view", _reshape_rule,
-       lambda args, attrs, node: args[0].reshape(attrs["new_sizes"]), arity=1)
+       lambda args, attrs, node: args[0].reshape(attrs["new_sizes"]), arity=1, remap=True)
 define("transpose", "view", _transpose_rule,
-       lambda args, attrs, node: np.transpose(args[0], attrs["permutation"]), arity=1)
-define("slice", "view", _slice_rule, _slice_impl, arity=1)
+       lambda args, attrs, node: np.transpose(args[0], attrs["permutation"]), arity=1, remap=True)
+define("slice", "view", _slice_rule, _slice_impl, arity=1, remap=True)
 define("pad", "view", _pad_rule, _pad_impl, arity=1)
 define("concatenate", "view", _concatenate_rule,
        lambda args, attrs, node: np.concatenate(args, axis=attrs["dimension"]))
 # window_view(x; sizes, strides): out[..., i1..ir] = x[..., i1*s1 + ... + ir*sr], windows
 # that overlap (a convolution's input seen as its patch matrix without copying it)
-define("window_view", "view", _window_rule, _window_impl, arity=1)
+define("window_view", "view", _window_rule, _window_impl, arity=1, remap=True)
 define("reverse", "view", _reverse_rule,
        lambda args, attrs, node: np.flip(args[0], attrs["dimensions"]) if attrs["dimensions"]
-       else args[0], arity=1)
+       else args[0], arity=1, remap=True)

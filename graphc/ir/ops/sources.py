@@ -57,10 +57,10 @@ def _fed(args, attrs, node):
 
 
 define("constant", "source", _constant_rule, lambda args, attrs, node: attrs["value"],
-       arity=0, differentiable=False)
-define("parameter", "source", _declared_rule, _fed, arity=0)
-define("variable", "source", _declared_rule, _fed, arity=0)
+       arity=0, differentiable=False, cost=0)
+define("parameter", "source", _declared_rule, _fed, arity=0, cost=0)
+define("variable", "source", _declared_rule, _fed, arity=0, cost=0)
 define("dim_size", "source", _dim_size_rule,      # a symbolic size's value at the call
        lambda args, attrs, node: np.asarray(attrs["size"], dtypes.to_numpy(attrs["dtype"])),
        arity=0, differentiable=False)
-define("iota", "source", _iota_rule, _iota_impl, arity=0, differentiable=False)
+define("iota", "source", _iota_rule, _iota_impl, arity=0, differentiable=False, cost=0)

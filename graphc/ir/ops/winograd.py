@@ -10,7 +10,7 @@ The filter transform U = G g G^T (16 values per output and input channel) is an 
 so a graph computes it once (or folds it: constant weights); the product sums U * V over
 the input channels for each of the 16 positions, a matrix product per position. This
 primitive is produced by passes/conv_to_gemm.py after differentiation (it has no VJP);
-the CPU backend runs it per image with the transforms in cache (codegen/cpu/winograd.py).
+the CPU backend runs it per image with the transforms in cache (backends/cpu/winograd.py).
 
 winograd_conv2d(xp, u): xp (N, C, H + 2, W + 2) the padded input, u (16, O, C) the
 filters' transform in row-major (a, b) order -> (N, O, H, W); H and W even.

@@ -14,16 +14,17 @@ from graphc_runtime.errors import CompileError
 
 from ...kernels import index as ix
 from ...kernels import kernel as K
-from ...kernels.chaining import chain_block, follower_split
-from .. import llvm_features
+from ...schedule.chaining import chain_block, follower_split
+from ..llvm import features as llvm_features
 from .control import ControlBuilder, ControlEntry
 from . import gemm
 from .loops import Emitter
 from .dots import blas_plan
 from .parallel import ParallelBuilder, split_granule, split_var, split_work, strided_loop
 from .profiling import Profiling
-from .symbols import emit_dim, program_symbols
-from .types import COMPUTE, F32, I8, I32, I64, LIBM, STORAGE, VOID, _mangle
+from ..llvm.symbols import emit_dim, program_symbols
+from ...ir.primitive import lookup
+from ..llvm.types import COMPUTE, F32, I8, I32, I64, STORAGE, VOID, _mangle
 
 NUMPY_DATA_OFFSET = 16     # PyArrayObject: PyObject_HEAD (refcount, type), then data
 
@@ -104,7 +105,7 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
         return g.gep([ir.Constant(I32, 0), ir.Constant(I32, 0)])
 
     def libm(self, op: str, ty):
-        sym = LIBM[op][0 if ty == F32 else 1]
+        sym = lookup(op).libm[0 if ty == F32 else 1]
         if sym in self.module.globals:
             return self.module.globals[sym]
         nargs = 2 if op == "pow" else 1
@@ -397,12 +398,12 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
                 continue
             if t in followers:
                 continue                      # emitted in its leader's chunks
-            aliased = _aliased_buffers(kern, low.memory.offsets)
+            aliased = aliased_buffers(kern, low.memory.offsets)
             split, own_threads = split_var(kern, threads)
             then = None
             if t in chained:
                 follower = low.kernels[t + 1]
-                then = (follower, _aliased_buffers(follower, low.memory.offsets), chained[t])
+                then = (follower, aliased_buffers(follower, low.memory.offsets), chained[t])
             mb.add_kernel(kern, aliased, split, own_threads, then)
             segments[-1].append(mb.kernels[-1])
         return segments
@@ -420,7 +421,7 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
 
 def chain_plan(kernels, threads: int, offsets) -> dict:
     """{step t: the loop variable of kernel t + 1 that runs in kernel t's thread chunks}
-    (kernels/chaining.py): kernel t split for threads and the two chainable (kernel
+    (schedule/chaining.py): kernel t split for threads and the two chainable (kernel
     t + 1 then takes kernel t's chunks, whether or not it would be split itself)."""
     plan = {}
     for t in range(len(kernels) - 1):
@@ -435,7 +436,7 @@ def chain_plan(kernels, threads: int, offsets) -> dict:
     return plan
 
 
-def _aliased_buffers(kern, offsets) -> set:
+def aliased_buffers(kern, offsets) -> set:
     """Temp buffers of this kernel whose arena ranges overlap another one of its buffers
     (those kept in a kernel's scratch have none)."""
     bufs = {}

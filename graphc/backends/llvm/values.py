@@ -10,8 +10,9 @@ from graphc_runtime.errors import CompileError
 
 from ...ir import dtypes
 from ...kernels import kernel as K
-from .. import mathlib
-from .types import COMPUTE, F16, F32, F64, FCMP, I1, I8, I16, I32, I64, LIBM, _is_float
+from . import mathlib
+from . import lowerings
+from .types import COMPUTE, F16, F32, F64, FCMP, I1, I8, I16, I32, I64, _is_float
 
 
 class ValueEmitter:
@@ -215,119 +216,27 @@ class ValueEmitter:
         return b.icmp_signed(FCMP[direction], x, y)
 
     def arith(self, op, dtype, args):
-        b = self.b
+        """An elementwise operation, through the lowering tables (lowerings.py)."""
         ty = COMPUTE[dtype]
-        if dtype == "bool" or op in ("and", "or", "xor", "not"):
-            if op == "and":
-                return b.and_(*args)
-            if op == "or":
-                return b.or_(*args)
-            if op == "xor":
-                return b.xor(*args)
-            if op == "not":
-                return b.not_(args[0])
-        if _is_float(dtype):
+        if _is_float(dtype) and op not in ("and", "or", "xor", "not"):
             return self.float_op(op, ty, args)
         return self.int_op(op, ty, args)
 
-    def float_op(self, op, ty, args):
-        b = self.b
-        x = args[0]
-        y = args[1] if len(args) > 1 else None
-        one = ir.Constant(ty, 1.0)
-        # no `contract`: a node has one value in a program. Fusion may recompute an
-        # elementwise node in several loops or kernels; were a product allowed to fuse
-        # into the sum that reads it in one place and not another, the copies would
-        # differ (softmax's x - max(x) would not be 0 at the maximum)
-        if op == "add":
-            return b.fadd(x, y)
-        if op == "sub":
-            return b.fsub(x, y)
-        if op == "mul":
-            return b.fmul(x, y)
-        if op == "fma":             # a product fused into its one use (kernels/products.py)
-            if not self.mb.has_fma:
-                return b.fadd(b.fmul(x, y), args[2])
-            return b.call(self.mb.intrinsic("llvm.fma", [ty]), args)
-        if op == "div":
-            return b.fdiv(x, y)
-        if op == "rem":
-            return b.frem(x, y)
-        if op == "max":
-            return b.call(self.mb.intrinsic("llvm.maximum", [ty]), [x, y])
-        if op == "min":
-            return b.call(self.mb.intrinsic("llvm.minimum", [ty]), [x, y])
-        if op == "neg":
-            return b.fneg(x)
-        if op == "abs":
-            return b.call(self.mb.intrinsic("llvm.fabs", [ty]), [x])
-        if op == "sqrt":
-            return b.call(self.mb.intrinsic("llvm.sqrt", [ty]), [x])
-        if op == "rsqrt":
-            return b.fdiv(one, b.call(self.mb.intrinsic("llvm.sqrt", [ty]), [x]))
-        if op in ("floor", "ceil"):
-            return b.call(self.mb.intrinsic(f"llvm.{op}", [ty]), [x])
-        if op == "round":
-            return b.call(self.mb.intrinsic("llvm.roundeven", [ty]), [x])
-        if op == "sign":
-            zero = ir.Constant(ty, 0.0)
-            pos = b.fcmp_ordered(">", x, zero)
-            neg = b.fcmp_ordered("<", x, zero)
-            return b.select(pos, one, b.select(neg, ir.Constant(ty, -1.0), x))
-        if ty == F32 and op in mathlib.VECTOR_F32:
-            return mathlib.VECTOR_F32[op](b, x, self.mb.scalef)
-        if op == "logistic":
-            e = b.call(self.mb.libm("exp", ty), [b.fneg(b.call(
-                self.mb.intrinsic("llvm.fabs", [ty]), [x]))])
-            d = b.fadd(one, e)
-            return b.select(b.fcmp_ordered(">=", x, ir.Constant(ty, 0.0)), b.fdiv(one, d),
-                            b.fdiv(e, d))
-        if op in LIBM:
-            return b.call(self.mb.libm(op, ty), args)
-        raise CompileError(f"no CPU lowering for float {op}")
-
     def int_op(self, op, ty, args):
-        b = self.b
-        x = args[0]
-        y = args[1] if len(args) > 1 else None
-        zero, one = ir.Constant(ty, 0), ir.Constant(ty, 1)
-        if op == "add":
-            return b.add(x, y)
-        if op == "sub":
-            return b.sub(x, y)
-        if op == "mul":
-            return b.mul(x, y)
-        if op in ("div", "rem"):
-            is_zero = b.icmp_signed("==", y, zero)
-            is_m1 = b.icmp_signed("==", y, ir.Constant(ty, -1))
-            safe = b.select(b.or_(is_zero, is_m1), one, y)
-            if op == "div":
-                q = b.sdiv(x, safe)
-                q = b.select(is_m1, b.sub(zero, x), q)
-                return b.select(is_zero, zero, q)
-            r = b.srem(x, safe)
-            r = b.select(is_m1, zero, r)
-            return b.select(is_zero, x, r)
-        if op == "max":
-            return b.select(b.icmp_signed(">", x, y), x, y)
-        if op == "min":
-            return b.select(b.icmp_signed("<", x, y), x, y)
-        if op == "neg":
-            return b.sub(zero, x)
-        if op == "abs":
-            return b.select(b.icmp_signed("<", x, zero), b.sub(zero, x), x)
-        if op == "sign":
-            return b.sub(b.zext(b.icmp_signed(">", x, zero), ty),
-                         b.zext(b.icmp_signed("<", x, zero), ty))
-        if op == "and":
-            return b.and_(x, y)
-        if op == "or":
-            return b.or_(x, y)
-        if op == "xor":
-            return b.xor(x, y)
-        if op == "not":
-            return b.not_(x)
-        raise CompileError(f"no CPU lowering for integer {op}")
+        fn = lowerings.INT.get(op)
+        if fn is None:
+            raise CompileError(f"no lowering for integer {op}")
+        return fn(self, ty, *args)
+
+    def float_op(self, op, ty, args):
+        fn = lowerings.FLOAT.get(op)
+        if fn is not None:
+            return fn(self, ty, *args)
+        if ty == F32 and op in mathlib.VECTOR_F32:
+            return mathlib.VECTOR_F32[op](self.b, args[0], self.mb.scalef)
+        if lowerings.libm_names(op):
+            return self.b.call(self.mb.libm(op, ty), args)
+        raise CompileError(f"no lowering for float {op}")
 
     # -- reductions ------------------------------------------------------------------------
 

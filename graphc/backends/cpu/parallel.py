@@ -8,10 +8,11 @@ from graphc_runtime.dims import Dim, hint
 from graphc_runtime.openmp import SYMBOLS as OPENMP_POINTERS
 
 
+from ...ir.primitive import is_transcendental
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from .dots import blas_plan
-from .types import I8, I32, I64, VOID
+from ..llvm.types import I8, I32, I64, VOID
 
 
 class ParallelBuilder:
@@ -193,9 +194,10 @@ COSTLY_WEIGHT = 8                # element-steps an element of each expensive op
 
 
 def _expensive_ops(stores) -> int:
-    """How many distinct expensive primitives (kernel.EXPENSIVE) the stores evaluate."""
+    """How many distinct transcendental primitives (a math function each) the stores
+    evaluate."""
     return sum(1 for e in K.value_exprs([s.value for s in stores])
-               if isinstance(e, K.Prim) and e.op in K.EXPENSIVE)
+               if isinstance(e, K.Prim) and is_transcendental(e.op))
 
 
 def split_work(kern, threads: int):
@@ -279,7 +281,7 @@ def _blas_split(kern, threads: int):
     # thread gets a column tail narrower than a vector (1.5x on a 16 x 17 output grid)
     images = real(kern.batch_vars)
     if kern.layouts:       # a layout nest reads a whole image's product, or its rows
-        return K.layout_split(kern, threads)
+        return layout_split(kern, threads)
     if plan["own"] == "winograd":      # whole images, else blocks of output rows
         if images and hint(ix.extent_of(images[0])) >= threads:
             return images[0]
@@ -294,6 +296,30 @@ def _blas_split(kern, threads: int):
     for v in order:
         if hint(ix.extent_of(v)) >= 16 * threads:
             return v
+    return None
+
+
+LAYOUT_ROWS_MIN = 8     # rows of the product per thread where threads share an image
+
+
+def layout_rows_split(kern, threads: int) -> bool:
+    """Whether threads can share each image of a product with layout nests by its rows
+    (channels): the nests keep to the product's rows (kernel.channel_vars) and every thread
+    gets LAYOUT_ROWS_MIN of them (a MobileNet-style network at batch 1 on 2 threads)."""
+    ms = [v for v in kern.m_vars if isinstance(v, ix.IVar)]
+    return len(ms) == 1 and isinstance(ix.extent_of(ms[0]), int) and \
+        ix.extent_of(ms[0]) >= LAYOUT_ROWS_MIN * threads and K.channel_vars(kern) is not None
+
+
+def layout_split(kern, threads: int):
+    """The variable threads share a dot kernel with layout nests by: its images where
+    there is one for each thread, else the product's rows where layout_rows_split
+    allows, else None (one thread runs it)."""
+    images = [v for v in kern.batch_vars if isinstance(v, ix.IVar)]
+    if images and hint(ix.extent_of(images[0])) >= threads:
+        return images[0]
+    if layout_rows_split(kern, threads):
+        return [v for v in kern.m_vars if isinstance(v, ix.IVar)][0]
     return None
 
 

@@ -13,10 +13,10 @@ from ...kernels import kernel as K
 from . import interior
 from .dots import DotEmitter
 from .jam import JAM, jam_variable
-from .reductions import ReductionEmitter
-from .symbols import emit_dim
-from .types import I64
-from .values import ValueEmitter
+from ..llvm.reductions import ReductionEmitter
+from ..llvm.symbols import emit_dim
+from ..llvm.types import I64
+from ..llvm.values import ValueEmitter
 from .winograd import WinogradEmitter
 
 if TYPE_CHECKING:
@@ -193,8 +193,6 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
         b.position_at_end(merge)
 
     # -- kernels -------------------------------------------------------------------------
-    per_element_dots = False     # GPU: one thread per output element
-
     def outer_loops(self, vars_, body) -> None:
         """The kernel's outermost (parallel) loops; the CUDA lowering makes them a
         grid-stride loop over threads."""

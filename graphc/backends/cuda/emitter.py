@@ -1,4 +1,4 @@
-"""Lowering of the same kernel IR to NVVM IR and PTX (llvmlite's NVPTX target).
+"""The CUDA emitter: kernel IR to NVVM IR (llvmlite's NVPTX target).
 
 Each kernel becomes a `ptx_kernel` function whose outer loops are one grid-stride loop
 over the flattened iteration space (one thread per element, or per output element of a
@@ -6,25 +6,20 @@ dot or conv). Reductions use a warp per row: lanes stride over the row, butterfl
 shuffles combine their partials (ties in argmax keep the first index). Float32 math
 uses the same vectorizable polynomials as the CPU; other math calls libdevice (linked
 from the CUDA toolkit or the nvidia-cuda-nvcc wheel). scatter_add runs as a copy kernel
-and an atomic-add kernel. Compiling needs no GPU; only running does.
+and an atomic-add kernel.
 """
 from __future__ import annotations
-
-import glob
-import math
-import os
 
 import llvmlite.ir as ir
 
 from graphc_runtime.dims import Dim, hint
 from graphc_runtime.errors import CompileError
 
-from ..ir import dtypes
-from ..kernels import index as ix
-from ..kernels import kernel as K
-from .cpu.symbols import program_symbols
-from .cpu import (COMPUTE, I32, I64, STORAGE, VOID, Emitter, ModuleBuilder, _aliased_buffers,
-                  _extent, strided_loop)
+from ...ir import dtypes
+from ...kernels import index as ix
+from ...kernels import kernel as K
+from ..cpu import Emitter, ModuleBuilder, strided_loop
+from ..llvm.types import COMPUTE, I32, I64, STORAGE, VOID
 
 TRIPLE = "nvptx64-nvidia-cuda"
 BLOCK = 256
@@ -43,7 +38,9 @@ def tiled(k: "K.DotKernel") -> bool:
 
 
 class GpuEmitter(Emitter):
-    per_element_dots = True
+    """The shared emitter with the GPU's hooks: outer loops are grid-stride loops over
+    threads, products run per output element (or as shared-memory tiles), row kernels a
+    warp per row."""
     warp_rows = False          # set while lowering a row kernel: one warp per row
     lane_base: dict = {}       # vector loops: (buffer id, address) -> lane 0's pointer
     vector_lane = 0
@@ -61,6 +58,16 @@ class GpuEmitter(Emitter):
             self.vector_loop(k, vector_lanes(k))
         else:
             super().kernel(k)
+
+    def library_plan(self, k):
+        return None                      # no GEMM library: loop nests or tiles
+
+    def accumulates_in_output(self, k) -> bool:
+        return False                     # one thread per output element, in a register
+
+    def winograd(self, k):
+        raise CompileError(f"{k.name}: winograd_conv2d has no CUDA kernel (the CUDA "
+                           f"pipeline decomposes it into products)")
 
     def vector_loop(self, k: K.LoopKernel, lanes: int) -> None:
         """Each thread computes `lanes` consecutive elements of the innermost dimension:
@@ -140,13 +147,13 @@ class GpuEmitter(Emitter):
         warps = b.udiv(b.mul(self._sreg("nctaid.x"), self._sreg("ntid.x")),
                        ir.Constant(I64, WARP))
         self.lane = b.urem(self._sreg("tid.x"), ir.Constant(I64, WARP))
-        self._strided(_extent(real), b.udiv(gid, ir.Constant(I64, WARP)), warps, real, body)
+        self._strided(K.extent(real), b.udiv(gid, ir.Constant(I64, WARP)), warps, real, body)
 
     def reduced_loops(self, vars_, body) -> None:
         if not self.warp_rows:
             return super().reduced_loops(vars_, body)
         real = [v for v in vars_ if isinstance(v, ix.IVar)]
-        self._strided(_extent(real), self.lane, ir.Constant(I64, WARP), real, body)
+        self._strided(K.extent(real), self.lane, ir.Constant(I64, WARP), real, body)
 
     def combine_partials(self, red, value, position):
         """Butterfly shuffles: every lane ends with the whole row's result."""
@@ -201,7 +208,7 @@ class GpuEmitter(Emitter):
         b = self.b
         start = b.add(b.mul(self._sreg("ctaid.x"), self._sreg("ntid.x")), self._sreg("tid.x"))
         stride = b.mul(self._sreg("nctaid.x"), self._sreg("ntid.x"))
-        self._strided(_extent(real), start, stride, real, body)
+        self._strided(K.extent(real), start, stride, real, body)
 
     def tiled_dot(self, k: K.DotKernel) -> None:
         """C tile of TILE x TILE per block (one element per thread), A and B staged through
@@ -223,7 +230,7 @@ class GpuEmitter(Emitter):
         mt, nt, kt = tiles_of(M), tiles_of(N), tiles_of(Kd)
         tile_vars = batch + [ix.IVar(0, ix.BIG, "tile_m"), ix.IVar(0, ix.BIG, "tile_n")]
         radices = [self.dim(ix.extent_of(v)) for v in batch] + [mt, nt]
-        tiles = b.mul(b.mul(self.dim(_extent(batch)), mt), nt)
+        tiles = b.mul(b.mul(self.dim(K.extent(batch)), mt), nt)
         barrier = self.mb.barrier()
 
         def staged(expr, dtype, r, c, r_lim, c_lim, r_name, c_name, dest):
@@ -355,19 +362,19 @@ class CudaModuleBuilder(ModuleBuilder):
         em.symbols = dict(zip(self.symbols, fn.args[len(bufs):]))
         if mode == "atomic":
             em.atomic_scatter(kernel)
-            total = _extent(kernel.upd_vars)
+            total = K.extent(kernel.upd_vars)
         else:
             em.kernel(kernel)
-            total = _extent(_outer_vars(kernel)) // vector_lanes(kernel)
+            total = K.extent(_outer_vars(kernel)) // vector_lanes(kernel)
             if isinstance(kernel, K.RowKernel) and not thread_per_row(kernel):
                 total *= WARP                 # a warp per row
             elif isinstance(kernel, K.DotKernel) and tiled(kernel):
                 real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
                 M, N = (ix.extent_of(real(vs)[0]) for vs in (kernel.m_vars, kernel.n_vars))
                 if isinstance(M, Dim) or isinstance(N, Dim):     # a bound on the tiles
-                    total = _extent(kernel.batch_vars) * (M + TILE - 1) * (N + TILE - 1)
+                    total = K.extent(kernel.batch_vars) * (M + TILE - 1) * (N + TILE - 1)
                 else:
-                    total = _extent(kernel.batch_vars) * -(-M // TILE) * -(-N // TILE) * \
+                    total = K.extent(kernel.batch_vars) * -(-M // TILE) * -(-N // TILE) * \
                         TILE * TILE
         builder.ret_void()
         self.launches.append((name, total, bufs))
@@ -383,7 +390,7 @@ def thread_per_row(kernel) -> bool:
     addresses row after row (coalesced), instead of a warp striding down one column."""
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
     kept, reduced = real(kernel.kept_vars), real(kernel.reduced_vars)
-    if not kept or not reduced or hint(_extent(kept)) < COLUMN_MIN_ROWS:
+    if not kept or not reduced or hint(K.extent(kept)) < COLUMN_MIN_ROWS:
         return False
     along_kept = along_reduced = 0
     for ld in K.kernel_loads(kernel):
@@ -429,126 +436,3 @@ def _outer_vars(kernel):
     if isinstance(kernel, K.ConvKernel):
         return kernel.out_vars
     raise CompileError(f"no CUDA lowering for {type(kernel).__name__}")
-
-
-def libdevice_path() -> str | None:
-    """libdevice.10.bc from CUDA_HOME, /usr/local/cuda*, or the nvidia-cuda-nvcc wheel."""
-    candidates = []
-    for root in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]):
-        candidates += glob.glob(os.path.join(root, "nvvm", "libdevice", "libdevice*.bc"))
-    candidates += sorted(glob.glob("/usr/local/cuda*/nvvm/libdevice/libdevice*.bc"), reverse=True)
-    try:
-        import nvidia.cuda_nvcc as wheel                       # nvidia-cuda-nvcc wheel
-        base = os.path.dirname(wheel.__file__) if wheel.__file__ else list(wheel.__path__)[0]
-        candidates += glob.glob(os.path.join(base, "nvvm", "libdevice", "libdevice*.bc"))
-    except ImportError:
-        pass
-    return candidates[0] if candidates else None
-
-
-class PtxProgram:
-    """PTX text for one GPU architecture and the launch table of its kernels."""
-
-    def __init__(self, name: str, lowered, arch: str = "sm_80"):
-        from graphc_runtime.cpu import llvm
-        b = llvm()
-        b.initialize_all_targets()
-        b.initialize_all_asmprinters()
-        if arch not in PTX_FEATURES:
-            raise CompileError(f"unknown GPU architecture {arch!r}; known: "
-                               f"{', '.join(PTX_FEATURES)}")
-        mb = CudaModuleBuilder(name, arch)
-        mb.symbols = program_symbols(lowered.buffers.values())
-        schedule = _emit_schedule(mb, lowered)
-        target = b.Target.from_triple(TRIPLE)
-        tm = target.create_target_machine(cpu=arch, features=PTX_FEATURES[arch], opt=3)
-        mb.module.data_layout = str(tm.target_data)
-        try:
-            module = b.parse_assembly(str(mb.module))
-            if mb.uses_libdevice:
-                path = libdevice_path()
-                if path is None:
-                    raise CompileError("this program needs libdevice (CUDA's math library) "
-                                       "for float64 or sin/cos/pow math: install the CUDA "
-                                       "toolkit or the nvidia-cuda-nvcc wheel")
-                with open(path, "rb") as f:
-                    module.link_in(b.parse_bitcode(f.read()))
-                _internalize_library(module, {k for k, _, _ in mb.launches})
-            module.verify()
-        except RuntimeError as e:
-            raise CompileError(f"generated NVVM IR is invalid: {e}") from None
-        pto = b.create_pipeline_tuning_options(speed_level=3)
-        pb = b.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(module, pb)
-        self.arch = arch
-        self.ptx = tm.emit_assembly(module)
-        self.launches = _launch_table(schedule, mb.launches)
-
-
-def _emit_schedule(mb, lowered) -> list:
-    """Emit a Lowered program's kernels; its schedule: ('launch', index into mb.launches,
-    lowered) per kernel launch, ('control', kernel, {role: schedule}, lowered) per loop or
-    cond (run by the host: the runtime launches the regions' kernels per step)."""
-    out = []
-    offsets = lowered.memory.offsets
-    for kern in lowered.kernels:
-        if isinstance(kern, K.ControlKernel):
-            out.append(("control", kern, {role: _emit_schedule(mb, low)
-                                          for role, low in kern.bodies.items()}, lowered))
-            continue
-        first = len(mb.launches)
-        mb.add_gpu_kernel(kern, _aliased_buffers(kern, offsets))
-        out += [("launch", k, lowered) for k in range(first, len(mb.launches))]
-    return out
-
-
-def _launch_table(schedule, launches) -> list:
-    """The runtime's launch list: kernel launches (buffers as slot or arena offset of
-    their program), and control entries with their regions' launch lists (see
-    graphc_runtime.cuda)."""
-    table = []
-    for entry in schedule:
-        if entry[0] == "launch":
-            _, k, low = entry
-            name_, total, bufs = launches[k]
-            # a symbolic thread count: the runtime sizes the grid at the launch
-            grid = None if isinstance(total, Dim) else max(1, min(math.ceil(total / BLOCK),
-                                                                  MAX_GRID))
-            table.append({"kernel": name_, "threads": total, "block": BLOCK,
-                          "grid": grid, "max_grid": MAX_GRID,
-                          # (tiled dots need BLOCK == TILE * TILE threads per block)
-                          "buffers": [_where(buf, low) for buf in bufs]})
-            continue
-        _, kern, bodies, low = entry
-        table.append({
-            "control": kern.op, "name": kern.name,
-            "attrs": {k: v for k, v in kern.attrs.items() if isinstance(v, (int, bool, Dim))},
-            "operands": [dict(_where(b, low), bytes=b.nbytes) for b in kern.operands],
-            "results": [dict(_where(b, low), bytes=b.nbytes) for b in kern.results],
-            "spare": [_where(b, low) for b in kern.spare],
-            "flag": _where(kern.flag, low) if kern.flag is not None else None,
-            "bodies": {role: {
-                "launches": _launch_table(bodies[role], launches),
-                "arena": _where(kern.arenas[role], low) if kern.arenas.get(role) else None,
-                "slots": 1 + len(body.slots),
-                "inputs": len(body.inputs), "outputs": len(body.outputs),
-                "constants": [[body.slots[inner.id], _where(outer, low)] for (inner, _), outer
-                              in zip(body.constants, kern.constants[role])]}
-                for role, body in kern.bodies.items()}})
-    return table
-
-
-def _internalize_library(module, kernels: set) -> None:
-    """Give every linked libdevice function internal linkage, so the optimizer keeps only
-    those the kernels call. (Left external, all of libdevice reaches the PTX, including
-    functions that call NVVM intrinsics an older NVPTX backend cannot lower, such as
-    CUDA 13's llvm.nvvm.tanh.approx.f32 under LLVM 20: ptxas then rejects the file.)"""
-    for fn in module.functions:
-        if not fn.is_declaration and fn.name not in kernels:
-            fn.linkage = "internal"
-
-
-def _where(buf, lowered) -> dict:
-    if buf.kind == "temp":
-        return {"offset": lowered.memory.offsets[buf.id]}
-    return {"slot": lowered.slots[buf.id]}

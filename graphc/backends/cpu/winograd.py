@@ -21,7 +21,7 @@ from ...ir import dtypes
 from ...ir.ops.winograd import AT, BT
 from ...kernels import index as ix
 from ...kernels import kernel as K
-from .types import COMPUTE, I64
+from ..llvm.types import COMPUTE, I64
 
 BLOCK_BYTES = 128 << 10
 
@@ -63,8 +63,6 @@ class WinogradEmitter:
     """Emitter method for WinogradKernel (mixed into the CPU's Emitter)."""
 
     def winograd(self, k: K.WinogradKernel) -> None:
-        if self.per_element_dots:
-            raise CompileError(f"{k.name}: winograd_conv2d runs on the CPU only")
         b = self.b
         plan = winograd_plan(k)
         dtype = k.out.dtype

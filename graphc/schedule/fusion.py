@@ -24,11 +24,9 @@ from graphc_runtime.dims import hint
 from ..kernels import kernel as K
 from ..ir.graph import Node
 from ..ir.primitive import lookup
-from .program import Program
+from ..passes.program import Program
+from .policy import SchedulePolicy
 
-VIEW_OPS = {"broadcast_in_dim", "reshape", "transpose", "slice", "reverse", "window_view"}
-TRANSCENDENTAL = {"exp", "log", "log1p", "expm1", "tanh", "logistic", "sin", "cos", "erf",
-                  "pow", "sqrt", "rsqrt"}
 DUPLICATION_LIMIT = 24        # recompute budget, in cheap-op units per output element
 MAX_GROUP_NODES = 400         # size limit of one kernel
 MAX_GROUP_DEPTH = 128         # longest chain of ops inside one kernel (the kernel builders
@@ -75,13 +73,7 @@ def node_class(node: Node) -> str:
 
 
 def _op_cost(node: Node) -> int:
-    if node.op in VIEW_OPS or node.op in ("constant", "iota", "parameter", "variable"):
-        return 0
-    if node.op == "rng":
-        return 40
-    if node.op in TRANSCENDENTAL:
-        return 6
-    return 1
+    return lookup(node.op).cost
 
 
 def _read_ratio(node: Node, leaves: dict) -> float:
@@ -102,7 +94,8 @@ def _rereads(node: Node, users, leaves: dict) -> bool:
     return kernels > 1 and kernels * read > kernels + 1
 
 
-def plan(program: Program, fuse: bool = True) -> FusionPlan:
+def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionPlan:
+    fuse = policy.fuse
     nodes = program.live_nodes()
     users: dict[int, list[Node]] = {n.id: [] for n in nodes}
     for n in nodes:
@@ -134,7 +127,7 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
             continue
         # a reversed view has negative strides, which BLAS cannot take: such dot
         # operands are materialized (they are small next to the product)
-        pure_view[n.id] = n.op in VIEW_OPS and n.op != "reverse" and \
+        pure_view[n.id] = lookup(n.op).remap and n.op != "reverse" and \
             all(pure_view[i.id] for i in n.inputs)
         cost[n.id] = _op_cost(n) + sum(cost[i.id] for i in n.inputs if i.id not in materialized)
         leaves[n.id] = {}
@@ -248,7 +241,7 @@ def plan(program: Program, fuse: bool = True) -> FusionPlan:
         node_group[n.id] = g.id
     plan_ = FusionPlan(groups, materialized, node_group, decisions)
     if fuse:
-        _merge(plan_, program, users, roots)
+        _merge(plan_, program, users, roots, policy)
     return plan_
 
 
@@ -298,14 +291,6 @@ def probe_kernel(kind: str, roots, members, anchor):
     except K.Illegal:
         return None
     return None
-
-
-def _threads_fit(kernel, threads: int) -> bool:
-    """A dot kernel with layout nests runs whole images per thread, or shares each image
-    between threads by rows where its nests allow (K.layout_split)."""
-    if not isinstance(kernel, K.DotKernel) or not kernel.layouts or threads < 2:
-        return True
-    return K.layout_split(kernel, threads) is not None
 
 
 def _merged_kind(a: Group, b: Group):
@@ -387,16 +372,16 @@ def _layout_fits(root: Node, dot: Node) -> bool:
     the phase planes a strided depthwise convolution reads) per image, right after that
     image's product (K.layout_epilogue): one image's product must stay in the core's
     cache. Threads then take whole images, or share an image by its rows where the
-    kernel's nests allow (_threads_fit, on the kernel built)."""
+    kernel's nests allow (the policy's threads_fit, on the kernel built)."""
     if not K.layout_epilogue(root, dot):
         return False
     per_image = dot.nbytes // max(dot.shape[0], 1)
     return per_image <= LAYOUT_PRODUCT_BYTES
 
 
-def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
-    pads = program.annotations.get("device", "cpu") == "cpu"
-    threads = program.annotations.get("threads", 1)
+def _merge(plan_: FusionPlan, program: Program, users, program_roots,
+           policy: SchedulePolicy) -> None:
+    pads = policy.rearranged_epilogues
     changed = True
     while changed:
         changed = False
@@ -422,7 +407,7 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots) -> None:
             roots = _needed_roots(roots, members, plan_, alive, a_id, b_id, program_roots,
                                   users, anchor)
             kernel = probe_kernel(kind, roots, members, anchor)
-            if kernel is None or not _threads_fit(kernel, threads):
+            if kernel is None or not policy.fits(kernel):
                 continue
             merged = Group(a.id, kind, roots, members, anchor)
             plan_.groups = [merged if g.id == a.id else g for g in plan_.groups

@@ -17,8 +17,8 @@ from graphc_runtime.dims import Dim
 from graphc_runtime.errors import CompileError
 
 from ...kernels import kernel as K
-from .symbols import emit_dim
-from .types import I1, I8, I64, VOID
+from ..llvm.symbols import emit_dim
+from ..llvm.types import I1, I8, I64, VOID
 
 
 @dataclass

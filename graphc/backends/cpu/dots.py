@@ -16,7 +16,7 @@ from ...kernels import index as ix
 from ...kernels import kernel as K
 from . import interior
 from .jam import jam_variable
-from .types import COMPUTE, I32, I64
+from ..llvm.types import COMPUTE, I32, I64
 
 
 BLAS_MIN_FLOPS = 1 << 15
@@ -200,7 +200,7 @@ def layout_in_scratch(k: K.DotKernel, buf: K.Buffer) -> bool:
 def scratch_buffers(k) -> set:
     """Ids of k's temporary buffers the CPU keeps in the kernel's own scratch, a batch
     index at a time (product_scratch_shape, layout_in_scratch): they need no room in
-    the arena (kernels/lower.py leaves them out of the memory plan)."""
+    the arena (schedule/lower.py leaves them out of the memory plan)."""
     if not isinstance(k, K.DotKernel):
         return set()
     kept = {st.buffer.id for _, st in k.layouts if layout_in_scratch(k, st.buffer)}
@@ -225,18 +225,28 @@ def channel_block(k: K.DotKernel, plan) -> int | None:
 
 
 class DotEmitter:
-    """Emitter methods for DotKernel, ConvKernel and ScatterKernel."""
+    """Emitter methods for DotKernel, ConvKernel and ScatterKernel. Hooks a backend
+    overrides: `library_plan` (how a product runs as a GEMM call; None: loop nests) and
+    `accumulates_in_output` (loops that sum into the output row by row, or per element
+    in a register)."""
+
+    def library_plan(self, k: K.DotKernel):
+        """The CPU runs a product through OpenBLAS or its own GEMM where blas_plan says."""
+        return blas_plan(k)
+
+    def accumulates_in_output(self, k: K.DotKernel) -> bool:
+        return k.out.dtype == k.acc_dtype
 
     def dot(self, k: K.DotKernel) -> None:
         if isinstance(k, K.WinogradKernel):
             return self.winograd(k)
         b = self.b
         out = k.out
-        plan = blas_plan(k) if not self.per_element_dots else None
+        plan = self.library_plan(k)
         if plan is not None:
             return self.dot_blas(k, plan)
         # accumulate in the output buffer (row by row), or per element in a register
-        direct = out.dtype == k.acc_dtype and not self.per_element_dots
+        direct = self.accumulates_in_output(k)
 
         def zero():
             self.store(out, k.out_index, ir.Constant(COMPUTE[out.dtype], 0))

@@ -13,11 +13,6 @@ STORAGE = {"float32": F32, "float64": F64, "float16": F16, "bfloat16": I16,
            "int32": I32, "int64": I64, "bool": I8}
 COMPUTE = {"float32": F32, "float64": F64, "float16": F32, "bfloat16": F32,
            "int32": I32, "int64": I64, "bool": I1}
-LIBM = {  # name: (float32 symbol, float64 symbol)
-    "exp": ("expf", "exp"), "log": ("logf", "log"), "log1p": ("log1pf", "log1p"),
-    "expm1": ("expm1f", "expm1"), "tanh": ("tanhf", "tanh"), "sin": ("sinf", "sin"),
-    "cos": ("cosf", "cos"), "erf": ("erff", "erf"), "pow": ("powf", "pow"),
-}
 FCMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 

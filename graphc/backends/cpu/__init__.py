@@ -9,10 +9,8 @@ reference does); bool is stored as one byte.
 """
 from .dots import scratch_buffers
 from .loops import Emitter
-from .module import ModuleBuilder, NativeModule, _aliased_buffers, chain_plan, emit_module
-from .parallel import _extent, split_var, strided_loop
-from .types import COMPUTE, F16, F32, F64, I1, I8, I16, I32, I64, STORAGE, VOID
+from .module import ModuleBuilder, NativeModule, aliased_buffers, chain_plan, emit_module
+from .parallel import split_var, strided_loop
 
-__all__ = ["COMPUTE", "F16", "F32", "F64", "I1", "I8", "I16", "I32", "I64", "STORAGE",
-           "VOID", "Emitter", "ModuleBuilder", "NativeModule", "_aliased_buffers", "_extent",
-           "chain_plan", "emit_module", "scratch_buffers", "split_var", "strided_loop"]
+__all__ = ["Emitter", "ModuleBuilder", "NativeModule", "aliased_buffers", "chain_plan",
+           "emit_module", "scratch_buffers", "split_var", "strided_loop"]

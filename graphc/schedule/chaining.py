@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from graphc_runtime.dims import Undecidable, hint
 
-from . import index as ix
-from . import kernel as K
+from ..kernels import index as ix
+from ..kernels import kernel as K
 
 FOLLOWER_MAX_WORK = 1 << 22      # element-steps: a larger loop kernel keeps its own split
 BLOCK_BYTES = 256 << 10          # what the leader writes per block of a chunk (the

@@ -32,7 +32,7 @@ import llvmlite.ir as ir
 
 from graphc_runtime.errors import CompileError
 
-from .types import COMPUTE, I64, VOID, _mangle
+from ..llvm.types import COMPUTE, I64, VOID, _mangle
 
 PREFIX = "graphc_own_gemm_"
 
@@ -70,7 +70,7 @@ def optimized_ir(name: str, features: str, opt_level: int) -> str:
     repeated per compile)."""
     from graphc_runtime.cpu import host_target_machine, llvm
 
-    from .. import llvm_features
+    from ..llvm import features as llvm_features
     form, dtype = name[len(PREFIX):].split("_", 1)
     module = ir.Module(name)
     GemmBuilder(module, features).function(form, dtype).linkage = "external"

@@ -1,44 +1,38 @@
 """Lowering of a control-flow group (scan, while, cond) to a ControlKernel: each region is
-compiled on its own, through the same passes, fusion and memory planning as a program,
-into kernels over its own parameters, results and arena; the enclosing program gives it
-buffers for its operands, results, loop-carried values and temporaries."""
+compiled on its own by the driver's body compiler (handed down through `lower`: the same
+passes, fusion options and memory planning as the main program) into kernels over its
+own parameters, results and arena; the enclosing program gives it buffers for its
+operands, results, loop-carried values and temporaries."""
 from __future__ import annotations
 
 from graphc_runtime.errors import CompileError
 
 from ..ir.ops.control import output_types
 from ..ir.region import Region
-from ..passes import fusion
-from ..passes.manager import PassManager
 from ..passes.program import Program
-from . import kernel as K
+from ..kernels import kernel as K
 
 ARENA_WORD = 8
 
 
-def lower_region(region: Region, lower, annotations: dict | None = None):
-    """The region as a Lowered program (through `lower`, graphc.kernels.lower.lower):
-    inputs in the region's parameter order; `annotations` the enclosing program's
-    (its device and compile choices)."""
-    from ..passes.pipeline import default_pipeline
-    program = Program(region.graph, list(region.outputs), [],
-                      dict(annotations or {"device": "cpu"}))
-    optimized = PassManager(default_pipeline()).run(program)
-    plan = fusion.plan(optimized)
-    by_name = {n.attrs["name"]: n for n in optimized.graph.placeholders()}
-    inputs = [by_name.get(p.attrs["name"], p) for p in region.params]
-    return lower(optimized, plan, inputs)
+def lower_region(region: Region, compile_body):
+    """The region as a Lowered program, through the driver's `compile_body(program,
+    params)` (inputs in the region's parameter order)."""
+    if compile_body is None:
+        raise CompileError("internal: lowering a loop or branch body needs the driver's "
+                           "compile_body")
+    return compile_body(Program(region.graph, list(region.outputs), []), list(region.params))
 
 
 def regions(node) -> dict:
     return {k: v for k, v in node.attrs.items() if isinstance(v, Region)}
 
 
-def build_control(group, name: str, buffer_of, dests, new_buffer, add_constant, lower,
-                  annotations: dict | None = None):
+def build_control(group, name: str, buffer_of, dests, new_buffer, add_constant,
+                  compile_body):
     """The ControlKernel of a control group; `new_buffer(shape, dtype, name)` makes an
-    outer temporary, `add_constant(array)` an outer constant buffer; `lower` compiles a
-    region's program."""
+    outer temporary, `add_constant(array)` an outer constant buffer; `compile_body`
+    compiles a region's program (the driver's, handed down)."""
     node = group.anchor
     operands = [buffer_of(i) for i in node.inputs]
     types = output_types(node)
@@ -50,7 +44,7 @@ def build_control(group, name: str, buffer_of, dests, new_buffer, add_constant, 
         by_index[r.attrs["index"]] = dests(r)[0]
     results = [by_index.get(k) or new_buffer(s, d, f"{name}_unused{k}")
                for k, (s, d) in enumerate(types)]
-    bodies = {role: lower_region(region, lower, annotations)
+    bodies = {role: lower_region(region, compile_body)
               for role, region in regions(node).items()}
     for role, low in bodies.items():          # names unique in the module
         for k in nested_kernels(low.kernels):

@@ -15,13 +15,13 @@ from graphc_runtime.errors import CompileError
 
 from ..ir import dtypes
 from ..ir.graph import Node
-from ..passes import memory
-from . import chaining
-from ..passes.fusion import FusionPlan, Group
+from ..kernels import kernel as K
+from ..kernels.refine import refine_loop
 from ..passes.program import Program
-from . import kernel as K
-from .control import build_control
-from .refine import refine_loop
+from . import chaining, memory
+from .bodies import build_control
+from .fusion import FusionPlan, Group
+from .policy import SchedulePolicy
 
 
 @dataclass
@@ -47,11 +47,12 @@ def _reads(group: Group, node: Node) -> bool:
 
 
 def lower(program: Program, plan: FusionPlan, input_order: list[Node],
-          scratch_of=None) -> Lowered:
-    """The program's kernels, in order, and its memory plan. `scratch_of(kernel)`: the
-    ids of the kernel's temporary buffers the backend keeps in a scratch of the
-    kernel's own (the CPU's private products and layout copies); they get no room in
-    the arena."""
+          policy: SchedulePolicy = SchedulePolicy(), compile_body=None) -> Lowered:
+    """The program's kernels, in order, and its memory plan. `policy`: the backend's
+    scratch (buffers kept in a kernel's own scratch get no room in the arena) and
+    chaining; `compile_body(program, params)`: the driver's compiler for the regions of
+    loops and conditionals (bodies.py), the same passes, fusion and lowering."""
+    scratch_of = policy.scratch_of
     graph = program.graph
     nodes = program.live_nodes()
     ids = iter(range(1, 1 << 30))
@@ -187,7 +188,7 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node],
         if g.kind == "control":
             kern = build_control(g, f"k{g.id}_{g.anchor.op}", operand_buffer,
                                  lambda n: dests[n.id],
-                                 new_temp, add_constant, lower, program.annotations)
+                                 new_temp, add_constant, compile_body)
         else:
             kern = _build(g, f"k{g.id}_{g.kind}", buffer_of, lambda n: dests[n.id])
         kernel_of[("g", g.id)] = kern
@@ -257,10 +258,10 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node],
         if isinstance(k, K.DotKernel) and k.layouts:
             k.private_layouts = {st.buffer.id for _, st in k.layouts
                                  if st.buffer.kind == "temp" and last.get(st.buffer.id) == t}
-    # a kernel that may run in the previous one's thread chunks (kernels/chaining.py)
+    # a kernel that may run in the previous one's thread chunks (schedule/chaining.py)
     # must not write where that one still reads: its buffers stay live one step more
     shielded = set()
-    if program.annotations.get("device", "cpu") == "cpu":
+    if policy.chaining:
         for t in chaining.candidates(kernels):
             for buf in chaining.leader_buffers(kernels[t]):
                 if buf.kind == "temp" and buf.id in last:

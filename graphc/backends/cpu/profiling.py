@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from .types import I8, I32, I64
+from ..llvm.types import I8, I32, I64
 
 CLOCK_MONOTONIC = 1          # Linux
 CLOCK_THREAD_CPUTIME_ID = 3
@@ -92,7 +92,7 @@ class Profiling:
                     b.sub(self.cpu(b), cpu0))
 
     def follower(self, b, k: int, thread, run) -> None:
-        """Time `run()`, one block of a chained follower (see kernels/chaining.py), into
+        """Time `run()`, one block of a chained follower (see schedule/chaining.py), into
         kernel k's chunk numbered by the team thread that runs it (0 off the team):
         start is the first block's start, end - start the blocks' time added up."""
         chunk = b.select(b.icmp_signed("<", thread, ir.Constant(I64, 0)), ir.Constant(I64, 0),

@@ -1,1 +1,0 @@
-"""Kernel IR and its lowerings."""
