@@ -370,3 +370,15 @@ def grad(y: Tensor, wrt) -> list[Tensor]:
         raise DTypeError(f"grad: y must be a float scalar, got {y.node.describe()}", loc)
     one = F.full((), 1, y.dtype, graph=y.graph)
     return vjp([y], [wrt] if isinstance(wrt, Tensor) else list(wrt), [one])
+
+
+def register_vjp(op: str, rule) -> None:
+    """Differentiate primitive `op` with `rule(*inputs, out, g, attrs)`: Tensors of its
+    operands and result, the result's cotangent `g` and its attributes; it returns one
+    cotangent per operand (None: no gradient), written with primitives."""
+    prim = lookup(op)
+    if not prim.differentiable:
+        raise GraphcError(f"register_vjp: primitive {op!r} is declared not differentiable")
+    if op in RULES:
+        raise GraphcError(f"register_vjp: primitive {op!r} already has a VJP rule")
+    RULES[op] = rule

@@ -21,6 +21,7 @@ import networkx as nx
 
 from graphc_runtime.dims import hint
 
+from ..kernels import builders
 from ..kernels import kernel as K
 from ..ir.graph import Node
 from ..ir.primitive import lookup
@@ -270,29 +271,6 @@ def _creates_cycle(graph: nx.DiGraph, a: int, b: int) -> bool:
     return False
 
 
-def _dummy_buffer(node: Node):
-    """A stand-in for node's buffer in a probe kernel (ids apart, as real buffers')."""
-    return K.Buffer(-1 - node.id, node.shape, node.dtype, "temp")
-
-
-def probe_kernel(kind: str, roots, members, anchor):
-    """The kernel of `kind` these roots and members make (over stand-in buffers), or
-    None where they cannot be one."""
-    dests = lambda n: [_dummy_buffer(n)]
-    try:
-        if kind == "loop":
-            return K.build_loop("probe", roots, members, _dummy_buffer, dests)
-        if kind == "row":
-            return K.build_row("probe", roots, members, _dummy_buffer, dests)
-        if kind == "dot":
-            return K.build_dot("probe", anchor, roots, members, _dummy_buffer, dests)
-        if kind == "conv":
-            return K.build_conv("probe", anchor, roots, members, _dummy_buffer, dests)
-    except K.Illegal:
-        return None
-    return None
-
-
 def _merged_kind(a: Group, b: Group):
     kinds = {a.kind, b.kind}
     if kinds <= {"loop"}:
@@ -406,7 +384,7 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots,
             members.update(b.members)
             roots = _needed_roots(roots, members, plan_, alive, a_id, b_id, program_roots,
                                   users, anchor)
-            kernel = probe_kernel(kind, roots, members, anchor)
+            kernel = builders.probe(Group(a.id, kind, roots, members, anchor))
             if kernel is None or not policy.fits(kernel):
                 continue
             merged = Group(a.id, kind, roots, members, anchor)

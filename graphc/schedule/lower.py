@@ -15,8 +15,8 @@ from graphc_runtime.errors import CompileError
 
 from ..ir import dtypes
 from ..ir.graph import Node
+from ..kernels import builders
 from ..kernels import kernel as K
-from ..kernels.refine import refine_loop
 from ..passes.program import Program
 from . import chaining, memory
 from .bodies import build_control
@@ -190,7 +190,7 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node],
                                  lambda n: dests[n.id],
                                  new_temp, add_constant, compile_body)
         else:
-            kern = _build(g, f"k{g.id}_{g.kind}", buffer_of, lambda n: dests[n.id])
+            kern = builders.build(f"k{g.id}_{g.kind}", g, buffer_of, lambda n: dests[n.id])
         kernel_of[("g", g.id)] = kern
         deps.add_node(("g", g.id))
     for src, dst in graph_edges.edges():
@@ -296,34 +296,6 @@ def _unique_loads(k):
     return list(seen.values())
 
 
-def _build(g: Group, name, buffer_of, dests):
-    if g.kind == "loop":
-        return refine_loop(K.build_loop(name, g.roots, g.members, buffer_of, dests))
-    if g.kind == "row":
-        return K.build_row(name, g.roots, g.members, buffer_of, dests)
-    if g.kind == "dot":
-        return K.build_dot(name, g.anchor, g.roots, g.members, buffer_of, dests)
-    if g.kind == "conv":
-        return K.build_conv(name, g.anchor, g.roots, g.members, buffer_of, dests)
-    if g.kind == "scatter":
-        return K.build_scatter(name, g.anchor, g.members, buffer_of, dests)
-    if g.kind == "collective":
-        node = g.anchor
-        if node.attrs["axis_size"] != 1:
-            src = buffer_of(node.inputs[0])
-            if src is None:
-                raise CompileError(f"{node.op}: its operand has no buffer")
-            if node.dtype not in ("float32", "float64", "int32", "int64"):
-                raise CompileError(f"{node.op} of {node.dtype} across processes is not "
-                                   f"supported (float32, float64, int32, int64 are)")
-            return K.CollectiveKernel(name, node.op, dict(node.attrs), src, dests(node)[0])
-        vars_ = K.loop_vars(node.shape)
-        value = K.ExprBuilder({}, buffer_of).value(node.inputs[0], vars_)
-        return K.LoopKernel(name, node.shape, vars_,
-                            [K.Store(b, value, vars_) for b in dests(node)])
-    raise CompileError(f"unknown group kind {g.kind}")
-
-
 def _group_edges(groups, group_of) -> nx.DiGraph:
     graph = nx.DiGraph()
     for g in groups:
@@ -348,7 +320,7 @@ def _identity_access(group, value_node, var_node, target, source_buffer, dests) 
             return trial[n.id][0]
         return source_buffer(n) or K.Buffer(-1, n.shape, n.dtype, "temp")
     try:
-        kern = _build(group, "probe", buffer_of, lambda n: trial.get(n.id) or
+        kern = builders.build("probe", group, buffer_of, lambda n: trial.get(n.id) or
                       [K.Buffer(-1, n.shape, n.dtype, "temp")])
     except K.Illegal:
         return False

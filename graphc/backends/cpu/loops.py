@@ -199,28 +199,37 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
         self.loops(vars_, body)
 
     def kernel(self, k) -> None:
-        if isinstance(k, K.LoopKernel):
-            self.hoisted = hoistable_choices(k)
-            self.splits = interior.guards([s.value for s in k.stores],
-                                          [i for s in k.stores for i in s.index])
-            row = jam_variable(k.stores, k.loop_vars)
-            self.jam = (row, k.stores) if row and not self.hoisted else None
-            self.outer_loops(k.loop_vars, lambda: self.stores(k.stores))
-            self.hoisted, self.splits, self.jam = [], {}, None
-        elif isinstance(k, K.RowKernel):
-            self.splits = interior.guards([r.value for r in k.reductions] +
-                                          [s.value for s in k.full_stores])
-            self.outer_loops(k.kept_vars, lambda: self.row(k))
-            self.splits = {}
-        elif isinstance(k, K.DotKernel):
-            self.dot(k)
-        elif isinstance(k, K.ConvKernel):
-            self.conv(k)
-        elif isinstance(k, K.ScatterKernel):
-            self.kernel(k.copy)
-            self.loops(k.upd_vars, lambda: self.scatter(k))
-        else:
-            raise CompileError(f"cannot lower kernel {type(k).__name__}")
+        """Emit kernel k through the method for its kind (emit_loop, emit_row, ...),
+        which a backend's emitter overrides where its code differs."""
+        emit = getattr(self, f"emit_{k.kind}", None)
+        if emit is None:
+            raise CompileError(f"{type(self).__name__} cannot lower {k.kind} kernels")
+        emit(k)
+
+    def emit_loop(self, k) -> None:
+        self.hoisted = hoistable_choices(k)
+        self.splits = interior.guards([s.value for s in k.stores],
+                                      [i for s in k.stores for i in s.index])
+        row = jam_variable(k.stores, k.loop_vars)
+        self.jam = (row, k.stores) if row and not self.hoisted else None
+        self.outer_loops(k.loop_vars, lambda: self.stores(k.stores))
+        self.hoisted, self.splits, self.jam = [], {}, None
+
+    def emit_row(self, k) -> None:
+        self.splits = interior.guards([r.value for r in k.reductions] +
+                                      [s.value for s in k.full_stores])
+        self.outer_loops(k.kept_vars, lambda: self.row(k))
+        self.splits = {}
+
+    def emit_dot(self, k) -> None:
+        self.dot(k)
+
+    def emit_conv(self, k) -> None:
+        self.conv(k)
+
+    def emit_scatter(self, k) -> None:
+        self.kernel(k.copy)
+        self.loops(k.upd_vars, lambda: self.scatter(k))
 
     def stores(self, stores) -> None:
         values = [self.value(s.value) for s in stores]

@@ -45,19 +45,25 @@ class GpuEmitter(Emitter):
     lane_base: dict = {}       # vector loops: (buffer id, address) -> lane 0's pointer
     vector_lane = 0
 
-    def kernel(self, k) -> None:
-        if isinstance(k, K.RowKernel) and thread_per_row(k):
+    def emit_row(self, k) -> None:
+        if thread_per_row(k):
             self.outer_loops(k.kept_vars, lambda: self.row(k))
-        elif isinstance(k, K.RowKernel):
-            self.warp_rows = True
-            self.warp_loop(k.kept_vars, lambda: self.row(k))
-            self.warp_rows = False
-        elif isinstance(k, K.DotKernel) and tiled(k):
+            return
+        self.warp_rows = True
+        self.warp_loop(k.kept_vars, lambda: self.row(k))
+        self.warp_rows = False
+
+    def emit_dot(self, k) -> None:
+        if tiled(k):
             self.tiled_dot(k)
-        elif isinstance(k, K.LoopKernel) and vector_lanes(k) > 1:
+        else:
+            super().emit_dot(k)
+
+    def emit_loop(self, k) -> None:
+        if vector_lanes(k) > 1:
             self.vector_loop(k, vector_lanes(k))
         else:
-            super().kernel(k)
+            super().emit_loop(k)
 
     def library_plan(self, k):
         return None                      # no GEMM library: loop nests or tiles
