@@ -30,6 +30,7 @@ from .function import function  # noqa: E402
 from .executable import Executable  # noqa: E402
 from .devices import DeviceArray, cuda, devices, to_device  # noqa: E402
 from . import distributed  # noqa: E402
+from . import extend  # noqa: E402
 
 
 def __getattr__(name):

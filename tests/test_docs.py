@@ -56,3 +56,19 @@ def test_code_block_runs_as_written(page, line, code, tmp_path):
                          cwd=tmp_path, timeout=300,
                          env=dict(os.environ, PYTHONPATH=ROOT))
     assert out.returncode == 0, f"{page} line {line}:\n{out.stderr[-3000:]}"
+
+
+def test_the_architecture_page_lists_every_pass_of_every_backend():
+    """docs/architecture.md's table of passes is the pipeline's list, in order, with each
+    backend's lowering passes in their place."""
+    from graphc.backends import backend_for, backends
+    from graphc.passes.pipeline import graph_pipeline
+    text = open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8").read()
+    table = text[text.index("<!-- passes:"):]
+    listed = re.findall(r"^\| `(\w+)` \|", table, re.M)
+    for kind in backends():
+        names = [name for name, _ in graph_pipeline(backend_for(kind, {}).lowering_passes())]
+        assert [n for n in listed if n in names] == names, kind
+    everything = {name for kind in backends()
+                  for name, _ in graph_pipeline(backend_for(kind, {}).lowering_passes())}
+    assert set(listed) == everything

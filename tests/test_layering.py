@@ -116,3 +116,10 @@ def test_no_device_names_compared_outside_the_backends():
                 if pattern.search(line) or "annotations.get(\"device\"" in line:
                     offenders.append(f"{name}:{k}: {line.strip()}")
     assert offenders == [], "\n".join(offenders)
+
+
+def test_no_source_file_is_over_500_lines():
+    """Small modules, one concept each: a file past 500 lines is split by concern."""
+    long = {name: n for name, path in modules().items()
+            if (n := sum(1 for _ in open(path, encoding="utf-8"))) > 500}
+    assert long == {}, long

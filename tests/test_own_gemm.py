@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import graphc as gc
-from graphc.backends.cpu.dots import own_form
+from graphc.backends.cpu.dot_plan import own_form
 
 
 def _compile(shapes, fn, dtype="float32", threads=None):

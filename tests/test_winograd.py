@@ -175,7 +175,7 @@ def test_the_compile_option_turns_it_off():
 def test_devices_without_the_kernel_get_it_decomposed():
     """On CUDA (no Winograd kernel) the primitive becomes slices, sums and a batched
     product: checked here through the same decomposition run on the CPU's interpreter."""
-    from graphc.passes.conv_to_gemm import _winograd_decomposed
+    from graphc.passes.conv_winograd import winograd_decomposed as _winograd_decomposed
     from graphc.passes.program import Builder
     rng = np.random.default_rng(9)
     xv = rng.standard_normal((2, 3, 6, 10))

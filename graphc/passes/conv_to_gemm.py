@@ -1,35 +1,19 @@
-"""Rewrite convolutions as matrix products.
+"""Rewrite convolutions as matrix products (`conv_to_gemm`: the CPU's; `conv_to_patches`:
+for backends whose products take one contracting dimension, CUDA's).
 
-On the CPU a convolution with one feature group and no input dilation reads its padded
-input in place: seen flat per image and channel, the patch matrix is a window_view of it
-(row (c, *offset) of image n starts at c*plane + the offset's position), so
-w(O, C*window) @ view gives each image's output already in (N, O, *out) order; the
-padded input is written once instead of a patch matrix window-size times its size, and
-no transposes follow. The own nnw kernel (backends/cpu/gemm.py) runs the product, writing
-output rows of a multiple of 16 as they are and others over the padded width (a wide
-grid whose extra columns are cut off after). A strided 1x1 window first takes the pixels
-it reads (a slice); strided 2-D windows whose output rows round up to whole vectors by at
-most half read their input's column planes (_column_planes: exactly their taps), other
-strided windows go through the input's phases (_phases) where that pays (see _stored),
-else on the patch matrix below.
-
-The patch matrix (CUDA programs, strided windows over stored inputs with short output
-rows): pad x, take
-strided slices, lay them out as a matrix (one fused loop kernel writes it), multiply,
-and transpose the product back to (N, O, *out). Two layouts, whichever needs fewer
-slices:
-- per window offset (im2col): patches^T (C*window, N*out), then w(O, C*window) @ patches^T;
-- per output position (for large windows over small outputs, as in a kernel gradient):
-  patches (out*N, C*window) @ w(O, C*window)^T, one slice per output position.
-3x3 windows at stride 1 (even output sizes, 16 or more channels in and out) become
-winograd_conv2d on the CPU (ir/ops/winograd.py): Winograd's F(2x2, 3x3) does 2.25x fewer
-multiplications (32 -> 32 channels over 32 x 32 images, batch 32: 1.8-2.3 ms against
-3.0-3.5 for the in-place product); the compile option winograd=False keeps the product.
-Depthwise convolutions (one input channel per group, as in MobileNet) become a sum over
-the window of views of the padded input times per-channel weights: one fused loop
-kernel that vectorizes along the output rows (strided windows read the input's phases,
-_depthwise_phases). Small convolutions keep the direct loop
-kernel.
+In place (CPU): a convolution with one feature group and no input dilation reads its
+padded input through a window_view, the patch matrix without copying it, so
+w(O, C*window) @ view gives each image's output in (N, O, *out) order (the own nnw
+kernel of backends/cpu/gemm.py runs it). Strided windows read the input's column planes
+where output rows round up to whole vectors by at most half (_column_planed), else its
+phases (_phases) or the patch matrix (see _stored).
+Patch matrix (im2col, or per output position for large windows over small outputs):
+pad, take strided slices, lay them out as a matrix, multiply, transpose back.
+Winograd (conv_winograd.py): 3x3 windows at stride 1 with even output sizes and 16 or
+more channels; the compile option winograd=False keeps the product.
+Depthwise convolutions: a sum over the window of views of the padded input times
+per-channel weights, one fused loop kernel. Small convolutions keep the direct kernel.
+The measurements behind each threshold are in docs/performance.md.
 """
 from __future__ import annotations
 
@@ -37,16 +21,12 @@ import itertools
 
 from graphc_runtime import dims as sym
 
-from ..ir.dtypes import to_numpy
-from ..ir.ops.winograd import AT, BT, filter_matrix, filter_transform
+from .conv_winograd import winograd, winograd_decomposed, winograd_fits
 from .program import Builder, Program, rebuild
 
 MIN_FLOPS = 1 << 20
-IN_PLACE_MIN_FLOPS = 1 << 14    # multiply-adds: below, the direct loop kernel (the
-# in-place form's pad is one light kernel; the direct kernel runs at ~3 GFLOP/s)
+IN_PLACE_MIN_FLOPS = 1 << 14    # multiply-adds: below, the direct loop kernel
 MAX_PATCH_BYTES = 256 << 20
-WINOGRAD_MIN_CHANNELS = 16
-WINOGRAD_TILE_BYTES = 256 << 10
 MAX_WINDOW = 64          # window positions (one slice each); larger windows stay direct
 
 
@@ -395,10 +375,7 @@ def _phased(node, w) -> bool:
 def _column_planed(node, w) -> bool:
     """A strided 2-D window (more than 1x1) read through its column planes
     (_column_planes): where rounding its output rows up to whole vectors adds at most
-    half (beyond that the phases' zero taps cost less: 16 products for 9 at 3x3 / 2).
-    32 -> 64 channels at stride 2 over 32 x 32 images, batch 32: 1.5 ms against the
-    patch matrix's 3.0 (a stored input) and the phases' 2.6 (a computed one); over
-    56 x 56 images (rows of 28, computed as 32), batch 8: 1.5 against 2.7."""
+    half (beyond that the phases' zero taps cost less: 16 products for 9 at 3x3 / 2)."""
     return _phased(node, w) and len(w.shape) == 4 and \
         2 * _row_width(node.shape[3]) <= 3 * node.shape[3]
 
@@ -407,11 +384,9 @@ def _stored(x) -> bool:
     """Whether x is a stored value (an input, a variable, a constant) rather than one a
     kernel computes. A strided window the column planes do not take (short output rows)
     over a stored input runs on the patch matrix above MIN_FLOPS: there the phases' 16
-    products for 9 and their strided reads cost
-    more (32 -> 64 channels at stride 2 over 32 x 32 images: 1.25x slower at batch 32,
-    1.6x at batch 1). Over a computed input (a residual sum in a ResNet) the phases
-    evaluate it once where the patch matrix evaluates it per window offset (the
-    ResNet-style model at batch 32: 1.06x faster through the phases)."""
+    products for 9 and their strided reads cost more. Over a computed input (a residual
+    sum in a ResNet) the phases evaluate it once where the patch matrix evaluates it per
+    window offset."""
     return x.op in ("parameter", "variable", "constant")
 
 
@@ -422,83 +397,6 @@ def _reads_in_place(node, x, w) -> bool:
                  tuple(node.shape[2:]))
     return static and len(w.shape) > 2 and sym.prod(w.shape[2:]) <= MAX_WINDOW and \
         sym.prod(node.shape[2:]) >= 2
-
-
-def _winograd_fits(node, x, w) -> bool:
-    """Whether a convolution runs as winograd_conv2d (ir/ops/winograd.py; CPU only): a
-    3x3 window at stride 1 without dilation, static sizes, even output sizes, at least
-    WINOGRAD_MIN_CHANNELS in and out (the per-position products contract the input
-    channels) and one row of tiles' transforms within WINOGRAD_TILE_BYTES."""
-    a = node.attrs
-    static = all(isinstance(d, int) for d in tuple(x.shape[1:]) + tuple(node.shape[1:]))
-    if not static or tuple(w.shape[2:]) != (3, 3) or node.dtype not in ("float32", "float64"):
-        return False
-    if any(s != 1 for s in a["window_strides"]) or any(d != 1 for d in a["rhs_dilation"]):
-        return False
-    o, c, oh, ow = node.shape[1], x.shape[1], node.shape[2], node.shape[3]
-    row_bytes = 16 * max(o, c) * (ow // 2) * x.nbytes // max(x.size, 1)
-    return oh % 2 == 0 and ow % 2 == 0 and min(o, c) >= WINOGRAD_MIN_CHANNELS and \
-        row_bytes <= WINOGRAD_TILE_BYTES
-
-
-def _winograd(b: Builder, node, x, w):
-    """The convolution as winograd_conv2d over its padded input; the filters' transform
-    is folded when they are constants, else computed by a small product per call."""
-    xp = _padded(b, x, node.attrs["padding"])
-    o, c = w.shape[:2]
-    if w.op == "constant":
-        u = b.add("constant", (), {"value": filter_transform(w.attrs["value"])})
-    else:
-        dtype = to_numpy(w.dtype)
-        gk = b.add("constant", (), {"value": filter_matrix().astype(dtype)})
-        flat = b.add("reshape", (w,), {"new_sizes": (o, c, 9)})
-        u = b.add("dot_general", (gk, flat), {"lhs_contracting": (1,), "rhs_contracting": (2,),
-                                              "lhs_batch": (), "rhs_batch": ()})
-    return b.add("winograd_conv2d", (xp, u), {}, like=node)
-
-
-def _combine(b: Builder, coefs, terms):
-    """sum of coefs[i] * terms[i], coefficients in {-1, 0, 1} (a transform's row)."""
-    pos = [t for c, t in zip(coefs, terms) if c == 1]
-    neg = [t for c, t in zip(coefs, terms) if c == -1]
-    acc = pos[0]
-    for t in pos[1:]:
-        acc = b.add("add", (acc, t), {})
-    for t in neg:
-        acc = b.add("sub", (acc, t), {})
-    return acc
-
-
-def _winograd_decomposed(b: Builder, node, xp, u):
-    """winograd_conv2d as slices, sums and one batched product (a device without its own
-    kernel, CUDA): V (16, C, N*T) of the tiles' input transforms, M = u @ V per
-    position, the output transform of M's slices, the tiles laid out as the image."""
-    n, c, hp, wp = xp.shape
-    o, th, tw = u.shape[1], (hp - 2) // 2, (wp - 2) // 2
-    bt, at = BT.astype(int).tolist(), AT.astype(int).tolist()
-    patch = [[b.add("slice", (xp,), {"start_indices": (0, 0, i, j),
-                                     "limit_indices": (n, c, i + 2 * th - 1, j + 2 * tw - 1),
-                                     "strides": (1, 1, 2, 2)}) for j in range(4)]
-             for i in range(4)]
-    half = [[_combine(b, r, [patch[i][j] for i in range(4)]) for j in range(4)] for r in bt]
-    vs = []
-    for a in range(4):
-        for r in bt:
-            v = b.add("transpose", (_combine(b, r, half[a]),), {"permutation": (1, 0, 2, 3)})
-            vs.append(b.add("reshape", (v,), {"new_sizes": (1, c, n * th * tw)}))
-    v = b.add("concatenate", tuple(vs), {"dimension": 0})
-    m = b.add("dot_general", (u, v), {"lhs_contracting": (2,), "rhs_contracting": (1,),
-                                      "lhs_batch": (0,), "rhs_batch": (0,)})
-    ms = [[b.add("reshape", (b.add("slice", (m,), {
-        "start_indices": (4 * i + j, 0, 0), "limit_indices": (4 * i + j + 1, o, n * th * tw),
-        "strides": (1, 1, 1)}),), {"new_sizes": (o, n, th, 1, tw, 1)}) for j in range(4)]
-        for i in range(4)]
-    half = [[_combine(b, r, [ms[i][j] for i in range(4)]) for j in range(4)] for r in at]
-    rows = [b.add("concatenate", tuple(_combine(b, r, half[a]) for r in at),
-                  {"dimension": 5}) for a in range(2)]
-    y = b.add("concatenate", tuple(rows), {"dimension": 3})       # (O, N, th, 2, tw, 2)
-    y = b.add("reshape", (y,), {"new_sizes": (o, n, 2 * th, 2 * tw)})
-    return b.add("transpose", (y,), {"permutation": (1, 0, 2, 3)}, like=node)
 
 
 def conv_to_gemm(program: Program) -> Program:
@@ -517,11 +415,11 @@ def conv_to_patches(program: Program) -> Program:
 
 def _convolutions_as_products(program: Program, windowed: bool) -> Program:
     cpu = windowed
-    winograd = windowed and program.annotations.get("winograd", True)
+    use_winograd = windowed and program.annotations.get("winograd", True)
 
     def rewrite(builder, node, inputs):
         if node.op == "winograd_conv2d" and not cpu:
-            return _winograd_decomposed(builder, node, *inputs)
+            return winograd_decomposed(builder, node, *inputs)
         if node.op != "conv":
             return None
         a = node.attrs
@@ -543,8 +441,8 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
         window = sym.prod(w.shape[2:])
         positions = sym.prod(node.shape[2:])
         flops, patch_bytes = sym.hint(flops), sym.hint(patch_bytes)  # symbolic: a typical size
-        if winograd and flops >= MIN_FLOPS and _winograd_fits(node, x, w):
-            return _winograd(builder, node, x, w)
+        if use_winograd and flops >= MIN_FLOPS and winograd_fits(node, x, w):
+            return winograd(builder, node, _padded(builder, x, a["padding"]), w)
         if cpu and flops >= IN_PLACE_MIN_FLOPS and _reads_in_place(node, x, w) and (
                 flops < MIN_FLOPS or not _phased(node, w) or not _stored(x) or
                 _column_planed(node, w)):

@@ -52,241 +52,285 @@ def lower(program: Program, plan: FusionPlan, input_order: list[Node],
     scratch (buffers kept in a kernel's own scratch get no room in the arena) and
     chaining; `compile_body(program, params)`: the driver's compiler for the regions of
     loops and conditionals (bodies.py), the same passes, fusion and lowering."""
-    scratch_of = policy.scratch_of
-    graph = program.graph
-    nodes = program.live_nodes()
-    ids = iter(range(1, 1 << 30))
-    buffers: dict[int, K.Buffer] = {}
+    low = _Lowering(program, plan, policy, compile_body)
+    low.external_buffers(input_order)      # inputs, variables, constants, outputs
+    low.result_destinations()              # results straight into the returned arrays
+    low.variable_updates()                 # in place where safe, else copied
+    low.temporaries()                      # a buffer for every other materialized value
+    low.staged_operands()                  # loops and conds take whole buffers
+    low.build_kernels()                    # one per group, one per copy
+    low.order_kernels()                    # dependencies; old values read before updates
+    low.private_buffers()                  # products and layouts only their kernel reads
+    return low.plan_memory()               # the arena, the slots, the traffic
 
-    def new_buffer(shape, dtype, kind, name):
-        b = K.Buffer(next(ids), tuple(shape), dtype, kind, name)
-        buffers[b.id] = b
+
+class _Lowering:
+    """The state `lower`'s phases share, each phase a method."""
+
+    def __init__(self, program: Program, plan: FusionPlan, policy: SchedulePolicy,
+                 compile_body):
+        self.program, self.plan, self.policy = program, plan, policy
+        self.compile_body = compile_body
+        self.graph = program.graph
+        self.nodes = program.live_nodes()
+        self.ids = iter(range(1, 1 << 30))
+        self.buffers: dict[int, K.Buffer] = {}
+        self.groups = list(plan.groups)
+        self.group_of = dict(plan.node_group)
+        self.copies = []                   # (name, src node or buffer, dst buffer)
+        self.staged_for, self.staged_users = {}, {}
+
+    def new_buffer(self, shape, dtype, kind, name):
+        b = K.Buffer(next(self.ids), tuple(shape), dtype, kind, name)
+        self.buffers[b.id] = b
         return b
 
-    # external buffers
-    inputs = list(input_order)
-    # keyed by node, not id: an unused input may be a node of the unoptimized graph
-    in_buf = {n: new_buffer(n.shape, n.dtype, "input", n.attrs["name"]) for n in inputs}
-    var_nodes = {}
-    for n in nodes:
-        if n.op == "variable":
-            var_nodes.setdefault(n.attrs["name"], n)
-    var_names = list(dict.fromkeys(list(var_nodes) + [name for name, _ in program.updates]))
-    var_buf = {}
-    for name in var_names:
-        value = graph.variables[name]
-        var_buf[name] = new_buffer(value.shape, dtypes.canonical(value.dtype), "variable", name)
-    const_buf, constants = {}, []
-    for n in nodes:
-        if n.op == "constant" and n.attrs["value"].size != 1:
-            b = new_buffer(n.shape, n.dtype, "constant", f"const%{n.id}")
-            const_buf[n.id] = b
-            constants.append((b, n.attrs["value"]))
-    out_bufs = [new_buffer(o.shape, o.dtype, "output", f"out{k}") for k, o in
-                enumerate(program.outputs)]
+    def external_buffers(self, input_order) -> None:
+        self.inputs = list(input_order)
+        # keyed by node, not id: an unused input may be a node of the unoptimized graph
+        self.in_buf = {n: self.new_buffer(n.shape, n.dtype, "input", n.attrs["name"])
+                       for n in self.inputs}
+        self.var_nodes = {}
+        for n in self.nodes:
+            if n.op == "variable":
+                self.var_nodes.setdefault(n.attrs["name"], n)
+        self.var_names = list(dict.fromkeys(list(self.var_nodes) +
+                                            [name for name, _ in self.program.updates]))
+        self.var_buf = {}
+        for name in self.var_names:
+            value = self.graph.variables[name]
+            self.var_buf[name] = self.new_buffer(value.shape, dtypes.canonical(value.dtype),
+                                                 "variable", name)
+        self.const_buf, self.constants = {}, []
+        for n in self.nodes:
+            if n.op == "constant" and n.attrs["value"].size != 1:
+                b = self.new_buffer(n.shape, n.dtype, "constant", f"const%{n.id}")
+                self.const_buf[n.id] = b
+                self.constants.append((b, n.attrs["value"]))
+        self.out_bufs = [self.new_buffer(o.shape, o.dtype, "output", f"out{k}") for k, o in
+                         enumerate(self.program.outputs)]
 
-    def source_buffer(n: Node):
+    def source_buffer(self, n: Node):
         if n.op == "parameter":
-            if n not in in_buf:
+            if n not in self.in_buf:
                 raise CompileError(f"placeholder {n.attrs['name']!r} is needed but not among "
                                    f"the executable's inputs")
-            return in_buf[n]
+            return self.in_buf[n]
         if n.op == "variable":
-            return var_buf[n.attrs["name"]]
-        return const_buf.get(n.id)
+            return self.var_buf[n.attrs["name"]]
+        return self.const_buf.get(n.id)
 
-    groups = list(plan.groups)
-    group_of = dict(plan.node_group)
-    dests: dict[int, list] = {}
-    for k, o in enumerate(program.outputs):
-        dests.setdefault(o.id, []).append(out_bufs[k])
-    copies = []          # (name, src node, dst buffer)
+    def result_destinations(self) -> None:
+        """Results go straight into the returned arrays; a result that is a source (or
+        computed nowhere) is copied by a copy kernel."""
+        dests: dict[int, list] = {}
+        for k, o in enumerate(self.program.outputs):
+            dests.setdefault(o.id, []).append(self.out_bufs[k])
+        for k, o in enumerate(self.program.outputs):
+            if o.id not in self.group_of:
+                self.copies.append((f"copy_out{k}", o, self.out_bufs[k]))
+        self.dests = {nid: d for nid, d in dests.items() if nid in self.group_of}
 
-    # a result that is a source (or computed nowhere) is copied by a copy kernel
-    for k, o in enumerate(program.outputs):
-        if o.id not in group_of:
-            copies.append((f"copy_out{k}", o, out_bufs[k]))
-    dests = {nid: d for nid, d in dests.items() if nid in group_of}
-
-    graph_edges = _group_edges(groups, group_of)
-    in_place, copied = [], []
-    for name, n in program.updates:
-        target = var_buf[name]
-        if n.op == "variable" and n.attrs["name"] == name:
-            continue                                   # w <- w: nothing to do
-        g = group_of.get(n.id)
-        grp = next(x for x in groups if x.id == g) if g is not None else None
-        # a loop's results are written by its regions' kernels: copied, not in place
-        ok = grp is not None and grp.kind != "control" and \
-            all(target is not d for ds in dests.values() for d in ds) \
-            and not any(d.kind == "variable" for d in dests.get(n.id, []))
-        if ok:
-            readers = [x.id for x in groups if x.id != g and _reads(x, var_nodes.get(name))] \
-                if name in var_nodes else []
-            trial = graph_edges.copy()
-            trial.add_edges_from((r, g) for r in readers)
-            ok = nx.is_directed_acyclic_graph(trial) and _identity_access(
-                grp, n, var_nodes.get(name), target, source_buffer, dests)
+    def variable_updates(self) -> None:
+        """A variable's new value is written into the variable in place where its kernel
+        reads the old value only where it writes the new one and no cycle follows; else
+        it is copied after every reader of the old value."""
+        groups, group_of, dests = self.groups, self.group_of, self.dests
+        self.graph_edges = _group_edges(groups, group_of)
+        self.in_place, self.copied = [], []
+        for name, n in self.program.updates:
+            target = self.var_buf[name]
+            if n.op == "variable" and n.attrs["name"] == name:
+                continue                                   # w <- w: nothing to do
+            g = group_of.get(n.id)
+            grp = next(x for x in groups if x.id == g) if g is not None else None
+            # a loop's results are written by its regions' kernels: copied, not in place
+            ok = grp is not None and grp.kind != "control" and \
+                all(target is not d for ds in dests.values() for d in ds) \
+                and not any(d.kind == "variable" for d in dests.get(n.id, []))
             if ok:
-                graph_edges = trial
-        if ok:
-            dests.setdefault(n.id, []).append(target)
-            in_place.append(name)
-        elif n.id not in group_of:
-            # the new value is another variable (or an input or constant): stage it in a
-            # temporary, so that updates like a <- b, b <- a read the old values
-            staged = new_buffer(n.shape, n.dtype, "temp", f"staged_{name}")
-            copies.append((f"stage_{name}", n, staged))
-            copies.append((f"update_{name}", staged, target))
-            copied.append(name)
-        else:
-            copies.append((f"update_{name}", n, target))
-            copied.append(name)
+                readers = [x.id for x in groups if x.id != g and
+                           _reads(x, self.var_nodes.get(name))] if name in self.var_nodes \
+                    else []
+                trial = self.graph_edges.copy()
+                trial.add_edges_from((r, g) for r in readers)
+                ok = nx.is_directed_acyclic_graph(trial) and _identity_access(
+                    grp, n, self.var_nodes.get(name), target, self.source_buffer, dests)
+                if ok:
+                    self.graph_edges = trial
+            if ok:
+                dests.setdefault(n.id, []).append(target)
+                self.in_place.append(name)
+            elif n.id not in group_of:
+                # the new value is another variable (or an input or constant): stage it in
+                # a temporary, so that updates like a <- b, b <- a read the old values
+                staged = self.new_buffer(n.shape, n.dtype, "temp", f"staged_{name}")
+                self.copies.append((f"stage_{name}", n, staged))
+                self.copies.append((f"update_{name}", staged, target))
+                self.copied.append(name)
+            else:
+                self.copies.append((f"update_{name}", n, target))
+                self.copied.append(name)
 
-    # temporaries for everything else that is materialized
-    names = {}
-    for g in groups:
-        for r in g.roots:
-            if not dests.get(r.id):
-                dests[r.id] = [new_buffer(r.shape, r.dtype, "temp", f"%{r.id}")]
-            names[dests[r.id][0].id] = f"%{r.id} {r.op}"
+    def temporaries(self) -> None:
+        for g in self.groups:
+            for r in g.roots:
+                if not self.dests.get(r.id):
+                    self.dests[r.id] = [self.new_buffer(r.shape, r.dtype, "temp", f"%{r.id}")]
 
-    def buffer_of(n: Node):
-        if n.id in dests:
-            return dests[n.id][0]
-        return source_buffer(n)
+    def buffer_of(self, n: Node):
+        if n.id in self.dests:
+            return self.dests[n.id][0]
+        return self.source_buffer(n)
 
-    # a loop or cond takes its operands as whole buffers: values without one (scalar
-    # constants, inlined views of other buffers) are staged in a temporary first
-    staged_for, staged_users = {}, {}
-    for g in groups:
-        if g.kind != "control":
-            continue
-        for i in g.anchor.inputs:
-            if buffer_of(i) is None and i.id not in staged_for:
-                staged = new_buffer(i.shape, i.dtype, "temp", f"operand%{i.id}")
-                staged_for[i.id] = staged
-                copies.append((f"operand_{i.id}", i, staged))
-            if i.id in staged_for:
-                staged_users.setdefault(i.id, set()).add(g.id)
+    def staged_operands(self) -> None:
+        """A loop or cond takes its operands as whole buffers: values without one (scalar
+        constants, inlined views of other buffers) are staged in a temporary first."""
+        for g in self.groups:
+            if g.kind != "control":
+                continue
+            for i in g.anchor.inputs:
+                if self.buffer_of(i) is None and i.id not in self.staged_for:
+                    staged = self.new_buffer(i.shape, i.dtype, "temp", f"operand%{i.id}")
+                    self.staged_for[i.id] = staged
+                    self.copies.append((f"operand_{i.id}", i, staged))
+                if i.id in self.staged_for:
+                    self.staged_users.setdefault(i.id, set()).add(g.id)
 
-    def operand_buffer(n: Node):
-        return staged_for.get(n.id) or buffer_of(n)
+    def build_kernels(self) -> None:
+        """A kernel per group (builders.py; control groups through bodies.py) and per
+        copy, and the dependencies between them."""
+        deps, kernel_of = nx.DiGraph(), {}
+        dests_of = lambda n: self.dests[n.id]
+        for g in self.groups:
+            if g.kind == "control":
+                kern = build_control(
+                    g, f"k{g.id}_{g.anchor.op}",
+                    lambda n: self.staged_for.get(n.id) or self.buffer_of(n), dests_of,
+                    lambda shape, dtype, name: self.new_buffer(shape, dtype, "temp", name),
+                    self.add_constant, self.compile_body)
+            else:
+                kern = builders.build(f"k{g.id}_{g.kind}", g, self.buffer_of, dests_of)
+            kernel_of[("g", g.id)] = kern
+            deps.add_node(("g", g.id))
+        for src, dst in self.graph_edges.edges():
+            deps.add_edge(("g", src), ("g", dst))
+        self.old_readers = {}       # variable name -> schedule keys that read its old value
+        for name, vnode in self.var_nodes.items():
+            self.old_readers[name] = [("g", g.id) for g in self.groups if _reads(g, vnode)]
+        # a loop's, cond's or collective's kernel writes a result to one buffer: where the
+        # result has several destinations (one value returned twice), the rest are copies
+        staged_by = {}
+        for g in self.groups:
+            if g.kind not in ("control", "collective"):
+                continue
+            for r in g.roots:
+                first, *rest = self.dests.get(r.id, [None])
+                for j, d in enumerate(rest):
+                    staged_by[first.id] = ("g", g.id)
+                    self.copies.append((f"copy{r.id}_{j + 1}", first, d))
+        for k, (name, src, dst) in enumerate(self.copies):
+            key = ("c", k)
+            vars_ = K.loop_vars(dst.shape)
+            deps.add_node(key)
+            if isinstance(src, K.Buffer):
+                value = K.Load(src.dtype, src, vars_)
+                deps.add_edge(staged_by[src.id], key)
+            else:
+                value = K.ExprBuilder({}, self.buffer_of).value(src, vars_)
+                if src.id in self.group_of:
+                    deps.add_edge(("g", self.group_of[src.id]), key)
+                if src.op == "variable":
+                    self.old_readers.setdefault(src.attrs["name"], []).append(key)
+            if dst.kind == "temp":
+                staged_by[dst.id] = key
+            if not isinstance(src, K.Buffer) and dst is self.staged_for.get(src.id):
+                deps.add_edges_from((key, ("g", gid)) for gid in self.staged_users[src.id])
+            kernel_of[key] = K.LoopKernel(name.replace("/", "_"), dst.shape, vars_,
+                                          [K.Store(dst, value, vars_)])
+        self.deps, self.kernel_of = deps, kernel_of
 
-    def new_temp(shape, dtype, name):
-        return new_buffer(shape, dtype, "temp", name)
-
-    def add_constant(inner, value):
-        b = new_buffer(inner.shape, inner.dtype, "constant", f"const_{inner.name}")
-        constants.append((b, value))
+    def add_constant(self, inner, value):
+        b = self.new_buffer(inner.shape, inner.dtype, "constant", f"const_{inner.name}")
+        self.constants.append((b, value))
         return b
 
-    # kernels, and the order they must run in
-    deps = nx.DiGraph()
-    kernel_of = {}
-    for g in groups:
-        if g.kind == "control":
-            kern = build_control(g, f"k{g.id}_{g.anchor.op}", operand_buffer,
-                                 lambda n: dests[n.id],
-                                 new_temp, add_constant, compile_body)
-        else:
-            kern = builders.build(f"k{g.id}_{g.kind}", g, buffer_of, lambda n: dests[n.id])
-        kernel_of[("g", g.id)] = kern
-        deps.add_node(("g", g.id))
-    for src, dst in graph_edges.edges():
-        deps.add_edge(("g", src), ("g", dst))
-    old_readers = {}       # variable name -> schedule keys that read its old value
-    for name, vnode in var_nodes.items():
-        old_readers[name] = [("g", g.id) for g in groups if _reads(g, vnode)]
-    # a loop's, cond's or collective's kernel writes a result to one buffer: where the
-    # result has several destinations (one value returned twice), the rest are copies
-    staged_by = {}
-    for g in groups:
-        if g.kind not in ("control", "collective"):
-            continue
-        for r in g.roots:
-            first, *rest = dests.get(r.id, [None])
-            for j, d in enumerate(rest):
-                staged_by[first.id] = ("g", g.id)
-                copies.append((f"copy{r.id}_{j + 1}", first, d))
-    for k, (name, src, dst) in enumerate(copies):
-        key = ("c", k)
-        vars_ = K.loop_vars(dst.shape)
-        if isinstance(src, K.Buffer):
-            value = K.Load(src.dtype, src, vars_)
-            deps.add_node(key)
-            deps.add_edge(staged_by[src.id], key)
-        else:
-            value = K.ExprBuilder({}, buffer_of).value(src, vars_)
-            deps.add_node(key)
-            if src.id in group_of:
-                deps.add_edge(("g", group_of[src.id]), key)
-            if src.op == "variable":
-                old_readers.setdefault(src.attrs["name"], []).append(key)
-        if dst.kind == "temp":
-            staged_by[dst.id] = key
-        if not isinstance(src, K.Buffer) and dst is staged_for.get(src.id):
-            deps.add_edges_from((key, ("g", gid)) for gid in staged_users[src.id])
-        kernel_of[key] = K.LoopKernel(name.replace("/", "_"), dst.shape, vars_,
-                                      [K.Store(dst, value, vars_)])
-    for name in in_place:
-        writer = ("g", group_of[dict(program.updates)[name].id])
-        deps.add_edges_from((r, writer) for r in old_readers.get(name, []) if r != writer)
-    for k, (name, src, dst) in enumerate(copies):
-        if dst.kind == "variable":
-            deps.add_edges_from((r, ("c", k)) for r in old_readers.get(dst.name, [])
-                                if r != ("c", k))
-    if not nx.is_directed_acyclic_graph(deps):
-        raise CompileError("internal: the kernel schedule has a cycle")
-    position = {key: n for n, key in enumerate(kernel_of)}
-    order = list(nx.lexicographical_topological_sort(deps, key=lambda key: position[key]))
-    kernels = [kernel_of[key] for key in order]
-    kgroups = [key for key in order]
-    first, last, sizes = {}, {}, {}
-    for t, k in enumerate(kernels):
-        for s in K.kernel_stores(k):
-            if s.buffer.kind == "temp":
-                first.setdefault(s.buffer.id, t)
-                last.setdefault(s.buffer.id, t)
-        for ld in K.kernel_loads(k):
-            if ld.buffer.kind == "temp":
-                last[ld.buffer.id] = max(last.get(ld.buffer.id, t), t)
-    for t, k in enumerate(kernels):      # products only their own epilogue reads
-        if isinstance(k, K.DotKernel) and (k.epilogue or k.layouts) and k.out.kind == "temp" and \
-                last.get(k.out.id) == t:
-            k.private_out = True
-        if isinstance(k, K.DotKernel) and k.layouts:
-            k.private_layouts = {st.buffer.id for _, st in k.layouts
-                                 if st.buffer.kind == "temp" and last.get(st.buffer.id) == t}
-    # a kernel that may run in the previous one's thread chunks (schedule/chaining.py)
-    # must not write where that one still reads: its buffers stay live one step more
-    shielded = set()
-    if policy.chaining:
-        for t in chaining.candidates(kernels):
-            for buf in chaining.leader_buffers(kernels[t]):
-                if buf.kind == "temp" and buf.id in last:
-                    last[buf.id] = max(last[buf.id], t + 1)
-                    shielded.add(buf.id)
-    kept = set().union(*(scratch_of(k) for k in kernels)) if scratch_of else set()
-    for b in kept:
-        first.pop(b, None)
-        last.pop(b, None)
-    for b in first:
-        sizes[b] = buffers[b].nbytes
-    pairs = [(a, o) for a, o in _in_place_pairs(kernels, last)
-             if a not in shielded and a not in kept and o not in kept]
-    mem = memory.plan_memory(sizes, first, last, pairs)
-    slots = {}
-    slot = 1
-    for b in [in_buf[n] for n in inputs] + out_bufs + [var_buf[v] for v in var_names] + \
-            [b for b, _ in constants]:
-        slots[b.id] = slot
-        slot += 1
-    naive = sum(n.nbytes for n in nodes if n.op not in ("parameter", "variable", "constant"))
-    traffic = [(k.name, sum(l.buffer.nbytes for l in _unique_loads(k)),
-                sum(s.buffer.nbytes for s in K.kernel_stores(k))) for k in kernels]
-    return Lowered(kernels, buffers, inputs, out_bufs, var_names, constants, mem, slots,
-                   kgroups, in_place, copied, naive, traffic)
+    def order_kernels(self) -> None:
+        """Dependencies first, and every reader of a variable before its in-place writer
+        (or its update copy); otherwise the groups' order."""
+        deps = self.deps
+        for name in self.in_place:
+            writer = ("g", self.group_of[dict(self.program.updates)[name].id])
+            deps.add_edges_from((r, writer) for r in self.old_readers.get(name, [])
+                                if r != writer)
+        for k, (name, src, dst) in enumerate(self.copies):
+            if dst.kind == "variable":
+                deps.add_edges_from((r, ("c", k)) for r in self.old_readers.get(dst.name, [])
+                                    if r != ("c", k))
+        if not nx.is_directed_acyclic_graph(deps):
+            raise CompileError("internal: the kernel schedule has a cycle")
+        position = {key: n for n, key in enumerate(self.kernel_of)}
+        self.order = list(nx.lexicographical_topological_sort(deps,
+                                                              key=lambda key: position[key]))
+        self.kernels = [self.kernel_of[key] for key in self.order]
+
+    def private_buffers(self) -> None:
+        """Each temporary's live range (first and last kernel), and the products (and
+        layout copies) that only their own kernel reads (DotKernel.private_out,
+        private_layouts): a backend may keep them in a scratch of the kernel's."""
+        self.first, self.last = {}, {}
+        first, last = self.first, self.last
+        for t, k in enumerate(self.kernels):
+            for s in K.kernel_stores(k):
+                if s.buffer.kind == "temp":
+                    first.setdefault(s.buffer.id, t)
+                    last.setdefault(s.buffer.id, t)
+            for ld in K.kernel_loads(k):
+                if ld.buffer.kind == "temp":
+                    last[ld.buffer.id] = max(last.get(ld.buffer.id, t), t)
+        for t, k in enumerate(self.kernels):
+            if isinstance(k, K.DotKernel) and (k.epilogue or k.layouts) and \
+                    k.out.kind == "temp" and last.get(k.out.id) == t:
+                k.private_out = True
+            if isinstance(k, K.DotKernel) and k.layouts:
+                k.private_layouts = {st.buffer.id for _, st in k.layouts
+                                     if st.buffer.kind == "temp" and
+                                     last.get(st.buffer.id) == t}
+
+    def plan_memory(self) -> Lowered:
+        """The arena (memory.py) for the temporaries not kept in a kernel's scratch, the
+        external buffers' table slots, and each kernel's traffic."""
+        kernels, first, last = self.kernels, self.first, self.last
+        # a kernel that may run in the previous one's thread chunks (chaining.py) must
+        # not write where that one still reads: its buffers stay live one step more
+        shielded = set()
+        if self.policy.chaining:
+            for t in chaining.candidates(kernels):
+                for buf in chaining.leader_buffers(kernels[t]):
+                    if buf.kind == "temp" and buf.id in last:
+                        last[buf.id] = max(last[buf.id], t + 1)
+                        shielded.add(buf.id)
+        scratch_of = self.policy.scratch_of
+        kept = set().union(*(scratch_of(k) for k in kernels)) if scratch_of else set()
+        for b in kept:
+            first.pop(b, None)
+            last.pop(b, None)
+        sizes = {b: self.buffers[b].nbytes for b in first}
+        pairs = [(a, o) for a, o in _in_place_pairs(kernels, last)
+                 if a not in shielded and a not in kept and o not in kept]
+        mem = memory.plan_memory(sizes, first, last, pairs)
+        slots = {}
+        for slot, b in enumerate([self.in_buf[n] for n in self.inputs] + self.out_bufs +
+                                 [self.var_buf[v] for v in self.var_names] +
+                                 [b for b, _ in self.constants], start=1):
+            slots[b.id] = slot
+        naive = sum(n.nbytes for n in self.nodes
+                    if n.op not in ("parameter", "variable", "constant"))
+        traffic = [(k.name, sum(ld.buffer.nbytes for ld in _unique_loads(k)),
+                    sum(s.buffer.nbytes for s in K.kernel_stores(k))) for k in kernels]
+        return Lowered(kernels, self.buffers, self.inputs, self.out_bufs, self.var_names,
+                       self.constants, mem, slots, list(self.order), self.in_place,
+                       self.copied, naive, traffic)
 
 
 def _unique_loads(k):

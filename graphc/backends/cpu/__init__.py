@@ -7,7 +7,7 @@ innermost dimension is contiguous, so LLVM's loop vectorizer can widen them.
 float16/bfloat16 are storage types (math in float32, rounded after each operation, as the
 reference does); bool is stored as one byte.
 """
-from .dots import scratch_buffers
+from .dot_plan import scratch_buffers
 from .loops import Emitter
 from .module import ModuleBuilder, NativeModule, aliased_buffers, chain_plan, emit_module
 from .parallel import split_var, strided_loop

@@ -19,7 +19,7 @@ from ...passes.column_sums import column_sums
 from ...passes.conv_to_gemm import conv_to_gemm
 from ...schedule.policy import SchedulePolicy
 from ..backend import Backend, Build, Built
-from .dots import scratch_buffers
+from .dot_plan import scratch_buffers
 from .module import NativeModule, chain_plan, emit_module
 from .parallel import layout_split
 

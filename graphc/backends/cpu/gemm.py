@@ -258,10 +258,9 @@ class _NN(_Tiles):
     each row of B, which the hardware prefetcher follows. When B spans more than a
     core's L2 (PACK_BYTES) and several row tiles share each panel, the panel is first
     copied into a contiguous buffer: B's rows lie a large power of two apart in a
-    convolution's patches (32768 floats), where the cache keeps only a few of them
-    (32 x 288 @ 288 x 32768 ran at 65 GFLOP/s unpacked); so is a panel whose rows are a
-    multiple of 4 KB apart (a pointwise convolution over 32 x 32 images: MobileNet-style
-    at batch 32 1.07x faster)."""
+    convolution's patches (32768 floats), where the cache keeps only a few of them; so is
+    a panel whose rows are a multiple of 4 KB apart (a pointwise convolution over 32 x 32
+    images). (Measured: docs/performance.md.)"""
 
     WIDE = 8
     PACK_BYTES = 1 << 20

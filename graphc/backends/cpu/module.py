@@ -19,7 +19,7 @@ from ..llvm import features as llvm_features
 from .control import ControlBuilder, ControlEntry
 from . import gemm
 from .loops import Emitter
-from .dots import blas_plan
+from .dot_plan import blas_plan
 from .parallel import ParallelBuilder, split_granule, split_var, split_work, strided_loop
 from .profiling import Profiling
 from ..llvm.symbols import emit_dim, program_symbols
@@ -260,7 +260,7 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
             if buf.id in cache:
                 return cache[buf.id]
             if buf.kind == "temp" and arena_offset_of(buf) is None:
-                # kept in the kernel's own scratch (dots.scratch_buffers): never read
+                # kept in the kernel's own scratch (dot_plan.scratch_buffers): never read
                 # or written through this pointer
                 cache[buf.id] = ir.Constant(ir.PointerType(STORAGE[buf.dtype]), None)
                 return cache[buf.id]

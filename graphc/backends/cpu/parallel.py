@@ -11,7 +11,7 @@ from graphc_runtime.openmp import SYMBOLS as OPENMP_POINTERS
 from ...ir.primitive import is_transcendental
 from ...kernels import index as ix
 from ...kernels import kernel as K
-from .dots import blas_plan
+from .dot_plan import blas_plan
 from ..llvm.types import I8, I32, I64, VOID
 
 
@@ -266,9 +266,8 @@ def split_granule(kern, split) -> int:
 def _blas_split(kern, threads: int):
     """The m or n variable of a BLAS product to split between OpenMP's threads, or None.
     The split goes along the larger operand's own free dimension (n when B is the bigger
-    operand, m when A is), so each thread packs only its share of the big operand: 1.3x
-    faster than the other way on convolution-shaped products (32 x 288 x 32768: 224 vs
-    169 GFLOP/s on 2 cores), 1.1-1.3x on transformer-shaped ones. Chunks stay large.
+    operand, m when A is), so each thread packs only its share of the big operand
+    (docs/performance.md). Chunks stay large.
     Without libgomp the product stays one call and OpenBLAS runs its own threads."""
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
     ms, ns, ks = real(kern.m_vars), real(kern.n_vars), real(kern.k_vars)
@@ -278,7 +277,7 @@ def _blas_split(kern, threads: int):
     if hint(_extent(kern.batch_vars)) * M * N * Kd < _chunk_min(plan) * threads:
         return None
     # a convolution read in place (own nnw kernel): whole images per thread, so that no
-    # thread gets a column tail narrower than a vector (1.5x on a 16 x 17 output grid)
+    # thread gets a column tail narrower than a vector
     images = real(kern.batch_vars)
     if kern.layouts:       # a layout nest reads a whole image's product, or its rows
         return layout_split(kern, threads)

@@ -1,0 +1,195 @@
+"""How the CPU runs a product: through OpenBLAS or graphc's own GEMM kernels (blas_plan,
+own_form, window_plan), and which of a dot kernel's buffers it keeps in the kernel's own
+scratch, a batch index at a time (scratch_buffers)."""
+from __future__ import annotations
+
+from graphc_runtime.dims import Dim, Undecidable, hint
+from graphc_runtime.dims import prod as sym_prod
+
+from ...ir import dtypes
+from ...ir.ops.shape import window_positions
+from ...kernels import index as ix
+from ...kernels import kernel as K
+
+BLAS_MIN_FLOPS = 1 << 15
+SCRATCH_BYTES = 512 << 10      # largest per-batch-index product kept in a scratch
+
+
+def blas_plan(k: "K.DotKernel"):
+    """How to run this dot as BLAS gemm calls (per batch index), or None."""
+    from graphc_runtime import blas
+    if isinstance(k, K.WinogradKernel):
+        from .winograd import winograd_plan
+        return winograd_plan(k)
+    if k.out.dtype not in ("float32", "float64") or k.acc_dtype != k.out.dtype:
+        return None
+    real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
+    ms, ns, ks = real(k.m_vars), real(k.n_vars), real(k.k_vars)
+    if len(ks) > 1 or len(ns) == 2 and len(ks) == 1:
+        return window_plan(k, ms, ns, ks)
+    if len(ms) > 1 or len(ns) > 1:
+        return None
+    size = lambda vs: ix.extent_of(vs[0]) if vs else 1
+    M, N, Kd = size(ms), size(ns), size(ks)
+    if hint(M * N * Kd) < BLAS_MIN_FLOPS or max(map(hint, (M, N, Kd))) >= 2 ** 31:
+        return None
+    plan = {"M": M, "N": N, "K": Kd, "batch_coefs": {}}
+    names = {v.name for v in real(k.batch_vars)}
+    for operand, rows, cols, key in ((k.lhs, ms, ks, "a"), (k.rhs, ks, ns, "b")):
+        aff = _strided(operand, k.out.dtype)
+        if aff is None:
+            return None
+        coefs, const = aff
+        r = coefs.get(rows[0].name, 0) if rows else 0
+        c = coefs.get(cols[0].name, 0) if cols else 0
+        extra = set(coefs) - names - {v.name for v in rows + cols}
+        if extra:
+            return None
+        nr, nc = (M, Kd) if key == "a" else (Kd, N)
+        if (c == 1 or nc == 1) and (nr == 1 or _at_least(r, nc)):
+            trans, ld = 111, (r if _many(nr) else nc)
+        elif (r == 1 or nr == 1) and (nc == 1 or _at_least(c, nr)):
+            trans, ld = 112, (c if _many(nc) else nr)
+        else:
+            return None
+        ld = ld if isinstance(ld, Dim) else max(ld, 1)
+        plan[f"trans_{key}"], plan[f"ld{key}"], plan[f"{key}_const"] = trans, ld, const
+        plan["batch_coefs"][operand.buffer.id] = [(n, coefs[n]) for n in coefs if n in names]
+    if k.lhs.buffer.id == k.rhs.buffer.id:
+        plan["batch_coefs"][k.lhs.buffer.id] = None     # both operands: computed separately
+        la = ix.affine(ix.linearize(k.lhs.index, k.lhs.buffer.shape))[0]
+        lb = ix.affine(ix.linearize(k.rhs.index, k.rhs.buffer.shape))[0]
+        if [(n, la[n]) for n in la if n in names] != [(n, lb[n]) for n in lb if n in names]:
+            return None
+        plan["batch_coefs"][k.lhs.buffer.id] = [(n, la[n]) for n in la if n in names]
+    plan["own"] = own_form(plan)
+    if plan["own"] is None and not blas.available():
+        return None
+    return plan
+
+
+def _strided(operand, dtype):
+    """(coefficient per loop variable, constant) of an operand read as a strided view of
+    a buffer of `dtype` (non-negative strides and start), or None."""
+    if not isinstance(operand, K.Load) or operand.buffer.dtype != dtype:
+        return None
+    aff = ix.affine(ix.linearize(operand.index, operand.buffer.shape))
+    if aff is None or aff[1] < 0 or any(c < 0 for c in aff[0].values()):
+        return None
+    return aff
+
+
+def window_plan(k: "K.DotKernel", ms, ns, ks):
+    """The plan of a product contracting several variables k1, k2, ... (a convolution
+    over a window_view of its input): A flat along them (row-major, one stride), B's
+    columns contiguous; then B's row for the term (k1, rest) starts at k1*ldb +
+    offsets[rest], the own nnw kernel's form. Two column variables (an image's output rows
+    and columns) are C's rows of `row` columns, B's `pitch` apart. None when the product
+    is not of that kind."""
+    if len(ms) != 1 or len(ns) not in (1, 2) or k.lhs.buffer.id == k.rhs.buffer.id:
+        return None
+    if k.out.dtype not in ("float32", "float64") or k.acc_dtype != k.out.dtype:
+        return None
+    extents = [ix.extent_of(v) for v in ks]
+    M, N = ix.extent_of(ms[0]), sym_prod([ix.extent_of(v) for v in ns])
+    row = ix.extent_of(ns[-1])
+    if not all(isinstance(e, int) for e in extents + [row]):
+        return None
+    if len(ns) == 2 and row % 16:       # a vector of C's columns within one image row
+        return None
+    names = {v.name for v in k.batch_vars if isinstance(v, ix.IVar)}
+    plan = {"M": M, "N": N, "K": sym_prod(extents), "K1": extents[0], "batch_coefs": {},
+            "own": "nnw", "trans_b": 111, "row": row if len(ns) == 2 else None,
+            "pitch": 0}
+    for operand, key in ((k.lhs, "a"), (k.rhs, "b")):
+        aff = _strided(operand, k.out.dtype)
+        if aff is None:
+            return None
+        coefs, const = aff
+        free = ms if key == "a" else ns
+        if set(coefs) - names - {v.name for v in ks} - {v.name for v in free}:
+            return None
+        kc = [coefs.get(v.name, 0) for v in ks]
+        fc = coefs.get(free[-1].name, 0)
+        if key == "b" and len(ns) == 2:      # image rows `pitch` apart in B
+            plan["pitch"] = coefs.get(ns[0].name, 0)
+        if key == "a":                   # A[i, k] at i*a_row + k*a_col, k flat
+            step = kc[-1]
+            flat = [step * sym_prod(extents[i + 1:]) for i in range(len(ks))]
+            if kc != flat or step == 0 or fc == 0:
+                return None
+            plan["a_row"], plan["a_col"] = fc, step
+            plan["trans_a"], plan["lda"] = (111, fc) if step == 1 else (112, step)
+        else:                            # B: columns contiguous, rows by the table
+            if fc != 1:
+                return None
+            offsets = window_positions(extents[1:], kc[1:])
+            plan["ldb"], plan["offsets"] = kc[0], tuple(int(o) for o in offsets.reshape(-1))
+        plan[f"{key}_const"] = const
+        plan["batch_coefs"][operand.buffer.id] = [(n, coefs[n]) for n in coefs if n in names]
+    return plan
+
+
+def own_form(plan) -> str | None:
+    """'nn' or 'nt' where graphc's own kernels (gemm.py) beat OpenBLAS, else None: the
+    nn form up to 128 rows of C, for one row (a matrix-vector product, a column sum) and
+    up to 256 columns whatever the rows; with more of both OpenBLAS keeps them. The nt
+    form up to 64 rows. (Measured: docs/performance.md.)"""
+    M, N, Kd = (hint(plan[d]) for d in "MNK")
+    if plan["trans_b"] == 111 and (4 <= M <= 128 or M == 1 or M >= 4 and N <= 256) and \
+            N >= 32:
+        return "nn"
+    if plan["trans_b"] == 112 and plan["trans_a"] == 111 and M <= 64 and N >= 4 and \
+            isinstance(plan["K"], int) and 64 <= Kd <= 4096 and Kd % 16 == 0:
+        return "nt"
+    return None
+
+
+def _at_least(a, b) -> bool:
+    """a >= b for every size of the symbols (False when that depends on them)."""
+    try:
+        return a >= b
+    except Undecidable:
+        return False
+
+
+def _many(n) -> bool:
+    """n > 1; a symbolic size counts as many (the general layout also serves 1)."""
+    return isinstance(n, Dim) or n > 1
+
+
+def product_scratch_shape(k: K.DotKernel, plan) -> tuple | None:
+    """The shape of one batch index's product where the CPU keeps it in a scratch of the
+    kernel's: only k reads it (k.private_out), graphc's own kernels compute it (`plan`,
+    the kernel's blas_plan or winograd_plan), it is static and at most SCRATCH_BYTES.
+    None otherwise."""
+    if not (k.private_out and plan is not None and plan.get("own") and
+            (k.epilogue or k.layouts)):
+        return None
+    shape = tuple(ix.extent_of(v) if isinstance(v, ix.IVar) else 1
+                  for v in k.m_vars + k.n_vars)
+    if not all(isinstance(n, int) for n in shape) or \
+            sym_prod(shape) * dtypes.itemsize(k.out.dtype) > SCRATCH_BYTES:
+        return None
+    return shape
+
+
+def layout_in_scratch(k: K.DotKernel, buf: K.Buffer) -> bool:
+    """Whether the CPU keeps layout buffer `buf` of k one index of its first axis at a
+    time in a scratch of the kernel's: only k's later nests read it (k.private_layouts)
+    and one index of it is at most SCRATCH_BYTES (a depthwise convolution's padded
+    input, written and read in the core's cache)."""
+    return buf.id in k.private_layouts and \
+        buf.nbytes // max(buf.shape[0], 1) <= SCRATCH_BYTES
+
+
+def scratch_buffers(k) -> set:
+    """Ids of k's temporary buffers the CPU keeps in the kernel's own scratch, a batch
+    index at a time (product_scratch_shape, layout_in_scratch): they need no room in
+    the arena (schedule/lower.py leaves them out of the memory plan)."""
+    if not isinstance(k, K.DotKernel):
+        return set()
+    kept = {st.buffer.id for _, st in k.layouts if layout_in_scratch(k, st.buffer)}
+    if product_scratch_shape(k, blas_plan(k)) is not None:
+        kept.add(k.out.id)
+    return kept

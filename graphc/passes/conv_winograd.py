@@ -1,0 +1,89 @@
+"""Winograd's F(2x2, 3x3) for convolutions (the rewrite conv_to_gemm applies on the CPU):
+which convolutions take it, the rewrite into winograd_conv2d (ir/ops/winograd.py) and,
+for a backend without a Winograd kernel, its decomposition into slices, sums and one
+batched product."""
+from __future__ import annotations
+
+from ..ir.dtypes import to_numpy
+from ..ir.ops.winograd import AT, BT, filter_matrix, filter_transform
+from .program import Builder
+
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_TILE_BYTES = 256 << 10
+
+
+def winograd_fits(node, x, w) -> bool:
+    """Whether a convolution runs as winograd_conv2d (ir/ops/winograd.py; CPU only): a
+    3x3 window at stride 1 without dilation, static sizes, even output sizes, at least
+    WINOGRAD_MIN_CHANNELS in and out (the per-position products contract the input
+    channels) and one row of tiles' transforms within WINOGRAD_TILE_BYTES."""
+    a = node.attrs
+    static = all(isinstance(d, int) for d in tuple(x.shape[1:]) + tuple(node.shape[1:]))
+    if not static or tuple(w.shape[2:]) != (3, 3) or node.dtype not in ("float32", "float64"):
+        return False
+    if any(s != 1 for s in a["window_strides"]) or any(d != 1 for d in a["rhs_dilation"]):
+        return False
+    o, c, oh, ow = node.shape[1], x.shape[1], node.shape[2], node.shape[3]
+    row_bytes = 16 * max(o, c) * (ow // 2) * x.nbytes // max(x.size, 1)
+    return oh % 2 == 0 and ow % 2 == 0 and min(o, c) >= WINOGRAD_MIN_CHANNELS and \
+        row_bytes <= WINOGRAD_TILE_BYTES
+
+
+def winograd(b: Builder, node, xp, w):
+    """The convolution as winograd_conv2d over its padded input xp; the filters'
+    transform is folded when they are constants, else computed by a small product per
+    call."""
+    o, c = w.shape[:2]
+    if w.op == "constant":
+        u = b.add("constant", (), {"value": filter_transform(w.attrs["value"])})
+    else:
+        dtype = to_numpy(w.dtype)
+        gk = b.add("constant", (), {"value": filter_matrix().astype(dtype)})
+        flat = b.add("reshape", (w,), {"new_sizes": (o, c, 9)})
+        u = b.add("dot_general", (gk, flat), {"lhs_contracting": (1,), "rhs_contracting": (2,),
+                                              "lhs_batch": (), "rhs_batch": ()})
+    return b.add("winograd_conv2d", (xp, u), {}, like=node)
+
+
+def _combine(b: Builder, coefs, terms):
+    """sum of coefs[i] * terms[i], coefficients in {-1, 0, 1} (a transform's row)."""
+    pos = [t for c, t in zip(coefs, terms) if c == 1]
+    neg = [t for c, t in zip(coefs, terms) if c == -1]
+    acc = pos[0]
+    for t in pos[1:]:
+        acc = b.add("add", (acc, t), {})
+    for t in neg:
+        acc = b.add("sub", (acc, t), {})
+    return acc
+
+
+def winograd_decomposed(b: Builder, node, xp, u):
+    """winograd_conv2d as slices, sums and one batched product (a device without its own
+    kernel, CUDA): V (16, C, N*T) of the tiles' input transforms, M = u @ V per
+    position, the output transform of M's slices, the tiles laid out as the image."""
+    n, c, hp, wp = xp.shape
+    o, th, tw = u.shape[1], (hp - 2) // 2, (wp - 2) // 2
+    bt, at = BT.astype(int).tolist(), AT.astype(int).tolist()
+    patch = [[b.add("slice", (xp,), {"start_indices": (0, 0, i, j),
+                                     "limit_indices": (n, c, i + 2 * th - 1, j + 2 * tw - 1),
+                                     "strides": (1, 1, 2, 2)}) for j in range(4)]
+             for i in range(4)]
+    half = [[_combine(b, r, [patch[i][j] for i in range(4)]) for j in range(4)] for r in bt]
+    vs = []
+    for a in range(4):
+        for r in bt:
+            v = b.add("transpose", (_combine(b, r, half[a]),), {"permutation": (1, 0, 2, 3)})
+            vs.append(b.add("reshape", (v,), {"new_sizes": (1, c, n * th * tw)}))
+    v = b.add("concatenate", tuple(vs), {"dimension": 0})
+    m = b.add("dot_general", (u, v), {"lhs_contracting": (2,), "rhs_contracting": (1,),
+                                      "lhs_batch": (0,), "rhs_batch": (0,)})
+    ms = [[b.add("reshape", (b.add("slice", (m,), {
+        "start_indices": (4 * i + j, 0, 0), "limit_indices": (4 * i + j + 1, o, n * th * tw),
+        "strides": (1, 1, 1)}),), {"new_sizes": (o, n, th, 1, tw, 1)}) for j in range(4)]
+        for i in range(4)]
+    half = [[_combine(b, r, [ms[i][j] for i in range(4)]) for j in range(4)] for r in at]
+    rows = [b.add("concatenate", tuple(_combine(b, r, half[a]) for r in at),
+                  {"dimension": 5}) for a in range(2)]
+    y = b.add("concatenate", tuple(rows), {"dimension": 3})       # (O, N, th, 2, tw, 2)
+    y = b.add("reshape", (y,), {"new_sizes": (o, n, 2 * th, 2 * tw)})
+    return b.add("transpose", (y,), {"permutation": (1, 0, 2, 3)}, like=node)
