@@ -1,10 +1,10 @@
-"""Index-set splitting of innermost loops (backends/cpu/interior.py): padded and shifted
+"""Index-set splitting of innermost loops (backends/llvm/interior.py): padded and shifted
 reads run their interior without clamps or range checks; the edges keep them."""
 import numpy as np
 import pytest
 
 import graphc as gc
-from graphc.backends.cpu import interior
+from graphc.backends.llvm import interior
 from graphc.kernels import index as ix
 from graphc.kernels import kernel as K
 

@@ -1,4 +1,4 @@
-"""Unroll and jam of window sums (backends/cpu/jam.py): a depthwise convolution's loop
+"""Unroll and jam of window sums (backends/llvm/jam.py): a depthwise convolution's loop
 nest computes JAM output rows per pass of its innermost loop. Which loop is jammed, and
 the same bits as without it, rows left over and thread splits included."""
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 import graphc as gc
 from graphc.api import bind
-from graphc.backends.cpu import jam
+from graphc.backends.llvm import jam
 from graphc.kernels import index as ix
 from graphc.kernels import kernel as K
 

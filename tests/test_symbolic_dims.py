@@ -471,7 +471,7 @@ def test_random_symbolic_views_match_the_reference(ops, sizes):
 
 
 def test_alias_check_of_symbolic_arena_ranges_is_conservative():
-    from graphc.backends.cpu.module import aliased_buffers
+    from graphc.backends.llvm.module import aliased_buffers
     from graphc.kernels import index as ix
     from graphc.kernels import kernel as K
     n = Dim.symbol("batch") - 1                      # may be 0 at the call

@@ -8,9 +8,9 @@ float16/bfloat16 are storage types (math in float32, rounded after each operatio
 reference does); bool is stored as one byte.
 """
 from .dot_plan import scratch_buffers
-from .loops import Emitter
+from .emitter import Emitter
 from .module import ModuleBuilder, NativeModule, aliased_buffers, chain_plan, emit_module
-from .parallel import split_var, strided_loop
+from .parallel import split_var
 
 __all__ = ["Emitter", "ModuleBuilder", "NativeModule", "aliased_buffers", "chain_plan",
-           "emit_module", "scratch_buffers", "split_var", "strided_loop"]
+           "emit_module", "scratch_buffers", "split_var"]

@@ -9,7 +9,7 @@ import llvmlite.ir as ir
 
 from graphc_runtime import plan_digest
 from graphc_runtime.cpu import ENTRY_ABI
-from graphc_runtime.dims import Dim, Undecidable
+from graphc_runtime.dims import Dim
 from graphc_runtime.errors import CompileError
 
 from ...kernels import index as ix
@@ -18,61 +18,29 @@ from ...schedule.chaining import chain_block, follower_split
 from ..llvm import features as llvm_features
 from .control import ControlBuilder, ControlEntry
 from . import gemm
-from .loops import Emitter
+from .emitter import Emitter
 from .dot_plan import blas_plan
-from .parallel import ParallelBuilder, split_granule, split_var, split_work, strided_loop
+from ..llvm.emitter import strided_loop
+from ..llvm.module import LlvmModule, aliased_buffers
+from .parallel import ParallelBuilder, split_granule, split_var, split_work
 from .profiling import Profiling
 from ..llvm.symbols import emit_dim, program_symbols
-from ...ir.primitive import lookup
-from ..llvm.types import COMPUTE, F32, I8, I32, I64, STORAGE, VOID, _mangle
+from ..llvm.types import COMPUTE, I8, I32, I64, STORAGE, VOID
 
 NUMPY_DATA_OFFSET = 16     # PyArrayObject: PyObject_HEAD (refcount, type), then data
 
 
-class ModuleBuilder(ParallelBuilder, ControlBuilder):
+class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
     """Builds the LLVM module for one executable."""
 
     def __init__(self, name: str, triple: str = "", data_layout: str = ""):
-        self.module = ir.Module(name=name)
-        if triple:
-            self.module.triple = triple
-        if data_layout:
-            self.module.data_layout = data_layout
+        super().__init__(name, triple, data_layout)
         self.kernels: list = []       # (function, buffers, (split var, own threads, least
         #      work of a symbolic split or None, chunk granule), trampoline)
         self.threads = 1
-        self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
-        self.has_fma = True           # fused multiply-add in hardware (else mul, then add)
         self.profiling = None         # a Profiling in the profiling build
         self.profile_index: dict = {}  # id(schedule entry) -> its kernel number there
-        self.symbols: list = []       # symbol names: every kernel takes their values
         self.dims_slot = None         # the table slot of the symbols' values (i64[])
-
-    # -- helpers --------------------------------------------------------------------------
-    def loop_metadata(self, name: str, value) -> ir.MDValue:
-        """A new loop ID (LLVM's self-referencing !llvm.loop node) with one property."""
-        prop = self.module.add_metadata([ir.MetaDataString(self.module, name), value])
-        self._loops = getattr(self, "_loops", 0) + 1
-        md = self.module.add_metadata([ir.MetaDataString(self.module,
-                                                         f"graphc.loop.{self._loops}"), prop])
-        md.operands = (md,) + tuple(md.operands[1:])
-        return md
-
-    def intrinsic(self, name, types):
-        """Declare an LLVM intrinsic overloaded on `types` (mangled as LLVM expects)."""
-        mangled = name + "".join("." + _mangle(t) for t in types)
-        if mangled in self.module.globals:
-            return self.module.globals[mangled]
-        ty = types[0]
-        if name == "llvm.fptosi.sat":
-            fnty = ir.FunctionType(types[0], [types[1]])
-        elif name in ("llvm.maximum", "llvm.minimum"):
-            fnty = ir.FunctionType(ty, [ty, ty])
-        elif name in ("llvm.fmuladd", "llvm.fma"):
-            fnty = ir.FunctionType(ty, [ty, ty, ty])
-        else:
-            fnty = ir.FunctionType(ty, [ty])
-        return ir.Function(self.module, fnty, mangled)
 
     def gemm(self, dtype: str):
         """void graphc_[sd]gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb,
@@ -103,14 +71,6 @@ class ModuleBuilder(ParallelBuilder, ControlBuilder):
             g.initializer = ir.Constant(ty, [int(o) for o in offsets])
         g = self.module.globals[name]
         return g.gep([ir.Constant(I32, 0), ir.Constant(I32, 0)])
-
-    def libm(self, op: str, ty):
-        sym = lookup(op).libm[0 if ty == F32 else 1]
-        if sym in self.module.globals:
-            return self.module.globals[sym]
-        nargs = 2 if op == "pow" else 1
-        fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), sym)
-        return fn
 
     # -- kernels --------------------------------------------------------------------------
     def add_kernel(self, kernel, aliased: set, split: "ix.IVar | None" = None,
@@ -434,28 +394,6 @@ def chain_plan(kernels, threads: int, offsets) -> dict:
         if u is not None:
             plan[t] = u
     return plan
-
-
-def aliased_buffers(kern, offsets) -> set:
-    """Temp buffers of this kernel whose arena ranges overlap another one of its buffers
-    (those kept in a kernel's scratch have none)."""
-    bufs = {}
-    for ld in K.kernel_loads(kern):
-        bufs[ld.buffer.id] = ld.buffer
-    for st in K.kernel_stores(kern):
-        bufs[st.buffer.id] = st.buffer
-    temps = [b for b in bufs.values() if b.kind == "temp" and b.id in offsets]
-    out = set()
-    for i, a in enumerate(temps):
-        for c in temps[i + 1:]:
-            a0, c0 = offsets[a.id], offsets[c.id]
-            try:
-                overlap = a0 < c0 + c.nbytes and c0 < a0 + a.nbytes
-            except Undecidable:          # symbolic ranges that may overlap: say they do
-                overlap = True
-            if overlap:
-                out.update((a.id, c.id))
-    return out
 
 
 class NativeModule:

@@ -11,6 +11,7 @@ from graphc_runtime.openmp import SYMBOLS as OPENMP_POINTERS
 from ...ir.primitive import is_transcendental
 from ...kernels import index as ix
 from ...kernels import kernel as K
+from ..llvm.emitter import strided_loop
 from .dot_plan import blas_plan
 from ..llvm.types import I8, I32, I64, VOID
 
@@ -151,25 +152,6 @@ class ParallelBuilder:
             tramp, [b.load(b.gep(job, [b.add(c, ir.Constant(I64, 2))]))]))
         b.ret_void()
         return fn
-
-
-def strided_loop(b: ir.IRBuilder, start, stop, step, body) -> None:
-    """for (i = start; i < stop; i += step) body(i), all i64 and non-negative, emitted
-    at the builder's position (which ends after the loop)."""
-    pre = b.block
-    head = b.append_basic_block("strided.head")
-    loop = b.append_basic_block("strided.body")
-    done = b.append_basic_block("strided.done")
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64)
-    i.add_incoming(start, pre)
-    b.cbranch(b.icmp_unsigned("<", i, stop), loop, done)
-    b.position_at_end(loop)
-    body(i)
-    i.add_incoming(b.add(i, step), b.block)
-    b.branch(head)
-    b.position_at_end(done)
 
 
 TEAM_MIN_WORK = 1 << 16          # element-steps from which a kernel is split for threads:

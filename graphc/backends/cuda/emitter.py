@@ -18,7 +18,8 @@ from graphc_runtime.errors import CompileError
 from ...ir import dtypes
 from ...kernels import index as ix
 from ...kernels import kernel as K
-from ..cpu import Emitter, ModuleBuilder, strided_loop
+from ..llvm.emitter import Emitter, strided_loop
+from ..llvm.module import LlvmModule
 from ..llvm.types import COMPUTE, I32, I64, STORAGE, VOID
 
 TRIPLE = "nvptx64-nvidia-cuda"
@@ -293,7 +294,7 @@ class GpuEmitter(Emitter):
         self.outer_loops(k.upd_vars, body)
 
 
-class CudaModuleBuilder(ModuleBuilder):
+class CudaModuleBuilder(LlvmModule):
     def __init__(self, name: str, arch: str):
         super().__init__(name, triple=TRIPLE)
         self.arch = arch

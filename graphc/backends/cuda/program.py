@@ -10,7 +10,7 @@ from graphc_runtime.dims import Dim
 from graphc_runtime.errors import CompileError
 
 from ...kernels import kernel as K
-from ..cpu import aliased_buffers
+from ..llvm.module import aliased_buffers
 from ..llvm.symbols import program_symbols
 from .emitter import BLOCK, MAX_GRID, PTX_FEATURES, TRIPLE, CudaModuleBuilder
 

@@ -1,5 +1,9 @@
-"""The Emitter: loop nests (with choices unswitched), buffer access and index arithmetic;
-the kernel kinds' methods come from the mixins beside it."""
+"""The Emitter every LLVM backend builds on: loop nests (with choices unswitched, interiors
+split from their guards, window sums jammed), buffer access, index arithmetic, and each
+kernel kind's emission (`emit_<kind>`), with the element values, reductions and
+loop-nest products of the mixins beside it. A backend subclasses it and overrides hooks
+(`outer_loops`, `library_plan`, `accumulates_in_output`, `emit_<kind>`, the module's
+`libm`): the CPU's adds BLAS and Winograd, the GPU's grid-stride loops and warps."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -13,14 +17,13 @@ from ...kernels import kernel as K
 from . import interior
 from .dots import DotEmitter
 from .jam import JAM, jam_variable
-from ..llvm.reductions import ReductionEmitter
-from ..llvm.symbols import emit_dim
-from ..llvm.types import I64
-from ..llvm.values import ValueEmitter
-from .winograd import WinogradEmitter
+from .reductions import ReductionEmitter
+from .symbols import emit_dim
+from .types import I64
+from .values import ValueEmitter
 
 if TYPE_CHECKING:
-    from .module import ModuleBuilder
+    from .module import LlvmModule
 
 
 INNER_VECTOR_MIN = 8      # an inner loop this long or longer is the one to vectorize
@@ -39,10 +42,10 @@ def _vectorizes_inside(vars_) -> bool:
     return isinstance(inner, int) and inner >= INNER_VECTOR_MIN
 
 
-class Emitter(ValueEmitter, ReductionEmitter, DotEmitter, WinogradEmitter):
+class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
     """Emits one kernel's loops and expressions into a function."""
 
-    def __init__(self, mb: "ModuleBuilder", builder: ir.IRBuilder, args, fn):
+    def __init__(self, mb: "LlvmModule", builder: ir.IRBuilder, args, fn):
         self.mb, self.b, self.args, self.fn = mb, builder, args, fn
         self.env: dict[str, ir.Value] = {}
         self.bounds: dict[str, tuple] = {}    # loop variable -> (begin, end) arguments
@@ -339,3 +342,22 @@ def hoistable_choices(kern: K.LoopKernel) -> list:
             chosen.append(c)
             copies *= len(c.parts)
     return chosen
+
+
+def strided_loop(b: ir.IRBuilder, start, stop, step, body) -> None:
+    """for (i = start; i < stop; i += step) body(i), all i64 and non-negative, emitted
+    at the builder's position (which ends after the loop)."""
+    pre = b.block
+    head = b.append_basic_block("strided.head")
+    loop = b.append_basic_block("strided.body")
+    done = b.append_basic_block("strided.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64)
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_unsigned("<", i, stop), loop, done)
+    b.position_at_end(loop)
+    body(i)
+    i.add_incoming(b.add(i, step), b.block)
+    b.branch(head)
+    b.position_at_end(done)

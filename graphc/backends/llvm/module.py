@@ -1,0 +1,83 @@
+"""The LLVM module every LLVM backend builds: intrinsics declared as LLVM mangles them,
+C math functions, loop metadata. A backend's module builder subclasses it (the CPU's adds
+the thread team, BLAS and the entry points; CUDA's shared memory, barriers and
+libdevice, through the `libm` hook)."""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from graphc_runtime.dims import Undecidable
+
+from ...ir.primitive import lookup
+from ...kernels import kernel as K
+from .types import F32, _mangle
+
+
+class LlvmModule:
+    """One LLVM module and the declarations its kernels share."""
+
+    def __init__(self, name: str, triple: str = "", data_layout: str = ""):
+        self.module = ir.Module(name=name)
+        if triple:
+            self.module.triple = triple
+        if data_layout:
+            self.module.data_layout = data_layout
+        self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
+        self.has_fma = True           # fused multiply-add in hardware (else mul, then add)
+        self.symbols: list = []       # symbol names: every kernel takes their values
+
+    # -- helpers --------------------------------------------------------------------------
+    def loop_metadata(self, name: str, value) -> ir.MDValue:
+        """A new loop ID (LLVM's self-referencing !llvm.loop node) with one property."""
+        prop = self.module.add_metadata([ir.MetaDataString(self.module, name), value])
+        self._loops = getattr(self, "_loops", 0) + 1
+        md = self.module.add_metadata([ir.MetaDataString(self.module,
+                                                         f"graphc.loop.{self._loops}"), prop])
+        md.operands = (md,) + tuple(md.operands[1:])
+        return md
+
+    def intrinsic(self, name, types):
+        """Declare an LLVM intrinsic overloaded on `types` (mangled as LLVM expects)."""
+        mangled = name + "".join("." + _mangle(t) for t in types)
+        if mangled in self.module.globals:
+            return self.module.globals[mangled]
+        ty = types[0]
+        if name == "llvm.fptosi.sat":
+            fnty = ir.FunctionType(types[0], [types[1]])
+        elif name in ("llvm.maximum", "llvm.minimum"):
+            fnty = ir.FunctionType(ty, [ty, ty])
+        elif name in ("llvm.fmuladd", "llvm.fma"):
+            fnty = ir.FunctionType(ty, [ty, ty, ty])
+        else:
+            fnty = ir.FunctionType(ty, [ty])
+        return ir.Function(self.module, fnty, mangled)
+
+    def libm(self, op: str, ty):
+        sym = lookup(op).libm[0 if ty == F32 else 1]
+        if sym in self.module.globals:
+            return self.module.globals[sym]
+        nargs = 2 if op == "pow" else 1
+        fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), sym)
+        return fn
+
+
+def aliased_buffers(kern, offsets) -> set:
+    """Temp buffers of this kernel whose arena ranges overlap another one of its buffers
+    (those kept in a kernel's scratch have none)."""
+    bufs = {}
+    for ld in K.kernel_loads(kern):
+        bufs[ld.buffer.id] = ld.buffer
+    for st in K.kernel_stores(kern):
+        bufs[st.buffer.id] = st.buffer
+    temps = [b for b in bufs.values() if b.kind == "temp" and b.id in offsets]
+    out = set()
+    for i, a in enumerate(temps):
+        for c in temps[i + 1:]:
+            a0, c0 = offsets[a.id], offsets[c.id]
+            try:
+                overlap = a0 < c0 + c.nbytes and c0 < a0 + a.nbytes
+            except Undecidable:          # symbolic ranges that may overlap: say they do
+                overlap = True
+            if overlap:
+                out.update((a.id, c.id))
+    return out
