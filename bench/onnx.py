@@ -2,7 +2,9 @@
 bench.onnx` (in `make bench`). onnxruntime runs with the CPU execution provider, all graph
 optimizations and intra-op threads = cores; both are timed alternately in the same run at
 batch 1 and 32, and each figure is printed as the ratio onnxruntime / graphc (> 1: graphc
-is faster), with the geometric mean. Outputs are checked against each other first."""
+is faster), with the geometric mean. Outputs are checked against each other first. Compile
+times: graphc's first compile (a cold object cache), its second (the object code from the
+cache) and onnxruntime's session creation."""
 from __future__ import annotations
 
 import argparse
@@ -31,11 +33,16 @@ def run(batches=(1, 32), models=None, repeat: int = 20, rounds: int = 3) -> list
             opts = ort.SessionOptions()
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
             opts.intra_op_num_threads = cores
+            t0 = time.perf_counter()
             sess = ort.InferenceSession(model.SerializeToString(), opts,
                                         providers=["CPUExecutionProvider"])
+            session_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             exe = gonnx.compile(model)
             compile_s = time.perf_counter() - t0
+            t0 = time.perf_counter()               # again: the object code from the cache
+            gonnx.compile(model)
+            cached_s = time.perf_counter() - t0
             want = sess.run(None, feeds)[0]
             got = next(iter(exe(**feeds).values()))
             err = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-30))
@@ -45,7 +52,8 @@ def run(batches=(1, 32), models=None, repeat: int = 20, rounds: int = 3) -> list
                 o_ms.append(_time(lambda: sess.run(None, feeds), repeat))
             g, o = min(g_ms), min(o_ms)
             rows.append({"model": name, "batch": batch, "graphc_ms": g, "onnxruntime_ms": o,
-                         "ratio": o / g, "rel_err": err, "compile_s": compile_s})
+                         "ratio": o / g, "rel_err": err, "compile_s": compile_s,
+                         "cached_compile_s": cached_s, "session_s": session_s})
     return rows
 
 
@@ -60,17 +68,20 @@ def main(argv=None) -> int:
     except ImportError as e:
         print(f"bench.onnx: skipped ({e}; install the bench extra)")
         return 0
-    rows = run(batches=(1,) if args.quick else (1, 32), models=args.models,
-               repeat=5 if args.quick else 20, rounds=2 if args.quick else 3)
+    import tempfile
+    with tempfile.TemporaryDirectory() as cache:    # a cold object cache: first compiles
+        os.environ["GRAPHC_CACHE_DIR"] = cache       # miss, second ones hit
+        rows = run(batches=(1,) if args.quick else (1, 32), models=args.models,
+                   repeat=5 if args.quick else 20, rounds=2 if args.quick else 3)
     print(f"graphc vs onnxruntime {onnxruntime.__version__} (CPU EP, ORT_ENABLE_ALL, "
           f"{os.cpu_count()} intra-op threads); ratio = onnxruntime / graphc, > 1: graphc "
           f"faster")
     print(f"{'model':<10} {'batch':>5} {'graphc ms':>10} {'ort ms':>9} {'ratio':>6} "
-          f"{'rel err':>8} {'compile s':>9}")
+          f"{'rel err':>8} {'compile s':>9} {'cached s':>8} {'ort session s':>13}")
     for r in rows:
         print(f"{r['model']:<10} {r['batch']:>5} {r['graphc_ms']:>10.3f} "
               f"{r['onnxruntime_ms']:>9.3f} {r['ratio']:>6.2f} {r['rel_err']:>8.1e} "
-              f"{r['compile_s']:>9.2f}")
+              f"{r['compile_s']:>9.2f} {r['cached_compile_s']:>8.2f} {r['session_s']:>13.2f}")
     geo = float(np.exp(np.mean([np.log(r["ratio"]) for r in rows])))
     print(f"geometric mean ratio: {geo:.2f}")
     bad = [r for r in rows if r["rel_err"] > 1e-3]

@@ -10,6 +10,15 @@ import graphc as gc
 # the repository root, so tests can use the benchmark models (bench/)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# Compiled object code is cached per user (graphc/backends/cpu/object_cache.py): the suite
+# keeps its own cache, so it neither reads nor fills the user's (subprocesses inherit it)
+if "GRAPHC_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+    os.environ["GRAPHC_CACHE_DIR"] = tempfile.mkdtemp(prefix="graphc-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["GRAPHC_CACHE_DIR"], True)
+
 # Random graphs explore freely on developer machines; in CI (CI=true) the same examples
 # run every time, so a submission's result does not depend on luck.
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)

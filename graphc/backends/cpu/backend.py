@@ -12,6 +12,7 @@ import os
 import time
 
 from graphc_runtime.cpu import CpuProgram
+from graphc_runtime.cpus import usable_cpus
 from graphc_runtime.errors import CompileError
 
 from ...passes.canonicalize_dots import canonicalize_dots
@@ -50,7 +51,7 @@ class CpuBackend(Backend):
         if n is None:
             env = os.environ.get("GRAPHC_NUM_THREADS", "")
             try:
-                n = int(env) if env else (os.cpu_count() or 1)
+                n = int(env) if env else usable_cpus()
             except ValueError:
                 raise CompileError(f"GRAPHC_NUM_THREADS must be a positive int, got {env!r}",
                                    self.loc) from None
@@ -91,7 +92,8 @@ class CpuBackend(Backend):
         return Built(native, len(lowered.kernels), {"llvm": module.optimized_ir},
                      {"triple": module.triple, "cpu": module.cpu, "features": module.features},
                      {"object": bytes(module.object_code)},
-                     stats={"num_threads": threads, "chained_kernels": pairs},
+                     stats={"num_threads": threads, "chained_kernels": pairs,
+                            "object_cache": module.cache},
                      manifest={"collectives": collectives}, module=module,
                      profile_object=lambda: NativeModule(emit_module(
                          job.name, lowered, threads, profile=True), level).object_code)

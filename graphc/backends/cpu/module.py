@@ -18,6 +18,7 @@ from ...schedule.chaining import chain_block, follower_split
 from ..llvm import features as llvm_features
 from .control import ControlBuilder, ControlEntry
 from . import gemm
+from . import object_cache
 from .emitter import Emitter
 from .dot_plan import blas_plan
 from ..llvm.emitter import strided_loop
@@ -397,29 +398,51 @@ def chain_plan(kernels, threads: int, offsets) -> dict:
 
 
 class NativeModule:
-    """An optimized LLVM module for the host and its object code."""
+    """An optimized LLVM module for the host and its object code, taken from the
+    persistent object cache (object_cache.py) when the same IR was compiled before for
+    this machine: `cache` says 'hit', 'miss' or 'off'."""
 
     def __init__(self, llvm_ir: str, opt_level: int = 3):
         from graphc_runtime.cpu import host_features, host_target_machine, llvm
         b = llvm()
+        self.triple = b.get_process_triple()
+        self.cpu = b.get_host_cpu_name()
+        self.features = host_features()
+        self.target_machine = host_target_machine(opt_level)
+        self._module = None
+        self._asm = None
+        name = object_cache.key(llvm_ir, opt_level, {"triple": self.triple, "cpu": self.cpu,
+                                                     "features": self.features}) \
+            if object_cache.enabled() else None
+        cached = object_cache.load(name) if name else None
+        if cached is not None:
+            self.object_code, self.optimized_ir = cached
+            self.cache = "hit"
+            return
         try:
             module = b.parse_assembly(llvm_ir)
             module.verify()
         except RuntimeError as e:
             raise CompileError(f"generated LLVM IR is invalid: {e}") from None
-        self.target_machine = host_target_machine(opt_level)
         llvm_features.optimize(module, self.target_machine, opt_level)
         for fn in list(module.functions):        # graphc's own GEMM kernels, optimized once
             if fn.is_declaration and fn.name.startswith(gemm.PREFIX):
                 module.link_in(b.parse_assembly(
                     gemm.optimized_ir(fn.name, host_features(), opt_level)))
-        self.module = module
+        self._module = module
         self.optimized_ir = str(module)
         self.object_code = self.target_machine.emit_object(module)
-        self.triple = b.get_process_triple()
-        self.cpu = b.get_host_cpu_name()
-        self.features = host_features()
-        self._asm = None
+        self.cache = "miss" if name else "off"
+        if name:
+            object_cache.store(name, self.object_code, self.optimized_ir)
+
+    @property
+    def module(self):
+        """The optimized module (parsed back from its text after a cache hit)."""
+        if self._module is None:
+            from graphc_runtime.cpu import llvm
+            self._module = llvm().parse_assembly(self.optimized_ir)
+        return self._module
 
     def assembly(self) -> str:
         if self._asm is None:
