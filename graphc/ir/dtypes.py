@@ -9,23 +9,15 @@ float meeting an int tensor gives float32).
 from __future__ import annotations
 
 import numpy as np
-import ml_dtypes
 
+from graphc_runtime.dtypes import NUMPY, name_of
 from graphc_runtime.errors import DTypeError
 
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 INT_DTYPES = ("int32", "int64")
 ALL_DTYPES = ("bool",) + INT_DTYPES + FLOAT_DTYPES
 
-_NUMPY = {
-    "bool": np.dtype(np.bool_),
-    "int32": np.dtype(np.int32),
-    "int64": np.dtype(np.int64),
-    "float16": np.dtype(np.float16),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "float32": np.dtype(np.float32),
-    "float64": np.dtype(np.float64),
-}
+_NUMPY = NUMPY          # bfloat16's type imported from ml_dtypes when first asked for
 _SHORT = {"bool": "bool", "int32": "i32", "int64": "i64", "float16": "f16",
           "bfloat16": "bf16", "float32": "f32", "float64": "f64"}
 _KIND_RANK = {"bool": 0, "int": 1, "float": 2}
@@ -45,9 +37,9 @@ def canonical(dtype) -> str:
         npd = np.dtype(dtype)
     except TypeError:
         raise DTypeError(f"unknown dtype {dtype!r}; graphc supports {', '.join(ALL_DTYPES)}")
-    for name, candidate in _NUMPY.items():
-        if candidate == npd:
-            return name
+    name = name_of(npd)
+    if name is not None:
+        return name
     raise DTypeError(f"unsupported dtype {npd}; graphc supports {', '.join(ALL_DTYPES)}")
 
 

@@ -16,8 +16,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from graphc_runtime.dims import hint
 
@@ -27,6 +26,9 @@ from ..ir.graph import Node
 from ..ir.primitive import lookup
 from ..passes.program import Program
 from .policy import SchedulePolicy
+
+if TYPE_CHECKING:       # networkx is imported where used (0.09 s of `import graphc`)
+    import networkx as nx
 
 DUPLICATION_LIMIT = 24        # recompute budget, in cheap-op units per output element
 MAX_GROUP_NODES = 400         # size limit of one kernel
@@ -249,6 +251,7 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
 # -- merging -------------------------------------------------------------------------------
 
 def group_graph(plan_: FusionPlan) -> nx.DiGraph:
+    import networkx as nx
     g = nx.DiGraph()
     for grp in plan_.groups:
         g.add_node(grp.id)
@@ -264,6 +267,7 @@ def group_graph(plan_: FusionPlan) -> nx.DiGraph:
 
 
 def _creates_cycle(graph: nx.DiGraph, a: int, b: int) -> bool:
+    import networkx as nx
     for x, y in ((a, b), (b, a)):
         for s in graph.successors(x):
             if s != y and nx.has_path(graph, s, y):

@@ -8,8 +8,7 @@ and plans the arena for the temporaries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from graphc_runtime.errors import CompileError
 
@@ -22,6 +21,9 @@ from . import chaining, memory
 from .bodies import build_control
 from .fusion import FusionPlan, Group
 from .policy import SchedulePolicy
+
+if TYPE_CHECKING:       # networkx is imported where used (0.09 s of `import graphc`)
+    import networkx as nx
 
 
 @dataclass
@@ -135,6 +137,7 @@ class _Lowering:
         """A variable's new value is written into the variable in place where its kernel
         reads the old value only where it writes the new one and no cycle follows; else
         it is copied after every reader of the old value."""
+        import networkx as nx
         groups, group_of, dests = self.groups, self.group_of, self.dests
         self.graph_edges = _group_edges(groups, group_of)
         self.in_place, self.copied = [], []
@@ -200,6 +203,7 @@ class _Lowering:
     def build_kernels(self) -> None:
         """A kernel per group (builders.py; control groups through bodies.py) and per
         copy, and the dependencies between them."""
+        import networkx as nx
         deps, kernel_of = nx.DiGraph(), {}
         dests_of = lambda n: self.dests[n.id]
         for g in self.groups:
@@ -258,6 +262,7 @@ class _Lowering:
     def order_kernels(self) -> None:
         """Dependencies first, and every reader of a variable before its in-place writer
         (or its update copy); otherwise the groups' order."""
+        import networkx as nx
         deps = self.deps
         for name in self.in_place:
             writer = ("g", self.group_of[dict(self.program.updates)[name].id])
@@ -341,6 +346,7 @@ def _unique_loads(k):
 
 
 def _group_edges(groups, group_of) -> nx.DiGraph:
+    import networkx as nx
     graph = nx.DiGraph()
     for g in groups:
         graph.add_node(g.id)
