@@ -91,8 +91,10 @@ class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
             block = chain_block(kernel, split, split_granule(kernel, split))
             if isinstance(kernel, K.DotKernel) and (blas_plan(kernel) or {}).get("own") is None:
                 block = 1 << 62      # OpenBLAS: chunks as large as the split makes them
-            fn, bufs = self._chained(fn, bufs, f_fn, f_bufs, index, block), bufs + f_bufs
-        trampoline = self._trampoline(fn, bufs, index) if split is not None else None
+            fn, bufs = self._chained(fn, bufs, f_fn, f_bufs, index, block,
+                                     kernel.name), bufs + f_bufs
+        trampoline = self._trampoline(fn, bufs, index, kernel.name) \
+            if split is not None else None
         least = None              # a symbolic split checks its work at the call
         if split is not None:
             work, threshold = split_work(kernel, self.threads)
@@ -135,9 +137,25 @@ class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
             em.bounds[split.name] = (fn.args[-2], fn.args[-1])
         em.kernel(kernel)
         builder.ret_void()
-        return fn, bufs
+        return self._shared(fn), bufs
 
-    def _chained(self, fn, bufs, f_fn, f_bufs, index: int, block: int):
+    def _shared(self, fn):
+        """An earlier kernel function of the same shape in place of fn, which is dropped
+        (the layers of a network repeat kernels over other buffers: LLVM then optimizes
+        and compiles each shape once). Not in the profiling build nor with exported
+        kernels, where every kernel keeps its own symbol."""
+        if self.profiling is not None or os.environ.get("GRAPHC_EXPORT_KERNELS"):
+            return fn
+        self.shapes = getattr(self, "shapes", {})
+        shape = self.shape_of(fn)
+        earlier = self.shapes.get(shape)
+        if earlier is None:
+            self.shapes[shape] = fn
+            return fn
+        del self.module.globals[fn.name]
+        return earlier
+
+    def _chained(self, fn, bufs, f_fn, f_bufs, index: int, block: int, name: str):
         """A function over both kernels' buffers, the symbols and (begin, end) that runs
         the range in blocks of `block` iterations, the leader's block then the
         follower's, so that the follower reads what the leader just wrote from the
@@ -146,7 +164,7 @@ class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
         n_sym = len(self.symbols)
         params = [ir.PointerType(STORAGE[b.dtype]) for b in bufs + f_bufs] + \
             [I64] * (n_sym + 2)
-        pair = ir.Function(self.module, ir.FunctionType(VOID, params), fn.name + "_chained")
+        pair = ir.Function(self.module, ir.FunctionType(VOID, params), name + "_chained")
         pair.linkage = "internal"
         b = ir.IRBuilder(pair.append_basic_block("entry"))
         args = list(pair.args)
@@ -167,11 +185,11 @@ class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
         b.ret_void()
         return pair
 
-    def _trampoline(self, fn, bufs, index: int):
+    def _trampoline(self, fn, bufs, index: int, name: str):
         """ptr kN_thread(ptr ctx): ctx holds the buffer addresses, begin and end (i64),
         and in the profiling build the chunk's number."""
         i8p = ir.PointerType(I8)
-        tr = ir.Function(self.module, ir.FunctionType(i8p, [i8p]), fn.name + "_thread")
+        tr = ir.Function(self.module, ir.FunctionType(i8p, [i8p]), name + "_thread")
         tr.linkage = "internal"
         b = ir.IRBuilder(tr.append_basic_block("entry"))
         ctx = b.bitcast(tr.args[0], ir.PointerType(I64))

@@ -34,7 +34,17 @@ class LlvmModule:
         md = self.module.add_metadata([ir.MetaDataString(self.module,
                                                          f"graphc.loop.{self._loops}"), prop])
         md.operands = (md,) + tuple(md.operands[1:])
+        self.loop_properties = getattr(self, "loop_properties", {})
+        self.loop_properties[md.get_reference()] = f"{name}={value}"
         return md
+
+    def shape_of(self, fn: ir.Function) -> str:
+        """fn's IR text without its name and with each loop's metadata as its property:
+        two functions with the same shape compute the same thing."""
+        import re
+        text = str(fn).replace(f'@"{fn.name}"', "@F").replace(f"@{fn.name}(", "@F(")
+        props = getattr(self, "loop_properties", {})
+        return re.sub(r"!\d+", lambda m: props.get(m.group(0), m.group(0)), text)
 
     def intrinsic(self, name, types):
         """Declare an LLVM intrinsic overloaded on `types` (mangled as LLVM expects)."""
