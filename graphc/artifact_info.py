@@ -14,7 +14,6 @@ from .ir.source import is_declared
 def kernel_entries(program, plan, lowered) -> list:
     """One entry per kernel in execution order: name, kind (loop, row, dot, conv, scatter,
     copy, collective), its fusion group, the ops it fuses, bytes read and written, flops."""
-    from .kernels.kernel import kernel_flops, kernel_kind
     ops = {n.id: n.op for n in program.graph.nodes}
     where = {n.id: n.loc for n in program.graph.nodes}
     groups = {g.id: g for g in plan.groups}
@@ -22,12 +21,12 @@ def kernel_entries(program, plan, lowered) -> list:
     for kern, key, (name, read, written) in zip(lowered.kernels, lowered.kernel_groups,
                                                 lowered.traffic):
         group = groups.get(key[1]) if key[0] == "g" else None
-        out.append({"name": name, "kind": kernel_kind(kern) if group is not None or
-                    kernel_kind(kern) == "collective" else "copy",
+        out.append({"name": name, "kind": kern.kind if group is not None or
+                    kern.kind == "collective" else "copy",
                     "group": group.id if group is not None else None,
                     "ops": [ops[m] for m in sorted(group.members)] if group is not None
                     else ["copy"],
-                    "read": read, "written": written, "flops": kernel_flops(kern),
+                    "read": read, "written": written, "flops": kern.flops(),
                     "sources": provenance([where.get(m) for m in sorted(group.members)])
                     if group is not None else []})
     return out

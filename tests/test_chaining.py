@@ -84,7 +84,7 @@ def test_the_follower_is_never_placed_over_what_its_leader_reads():
         split = gc.backends.cpu.split_var(leader, 2)[0]
         assert chaining.follower_split(leader, split, follower, low.memory.offsets) == u
         # memory planning kept them apart; moved over the leader's input, refused
-        inputs = [ld.buffer for ld in K.kernel_loads(leader) if ld.buffer.kind == "temp"]
+        inputs = [ld.buffer for ld in leader.reads() if ld.buffer.kind == "temp"]
         outputs = [st.buffer for st in follower.stores]
         assert inputs and outputs
         moved = dict(low.memory.offsets)

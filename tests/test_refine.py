@@ -12,7 +12,7 @@ from tests.compiled import check_compiled
 
 
 def _divisions(kern):
-    return [n for s in kern.stores for ld in K.kernel_loads(kern)
+    return [n for s in kern.stores for ld in kern.reads()
             for e in ld.index for n in ix.subexpressions(e)
             if isinstance(n, (ix.IDiv, ix.IMod))]
 

@@ -107,8 +107,19 @@ class Store:
     index: tuple
 
 
+class Kernel:
+    """What every kernel answers: its `kind`, the Loads it reads (`reads()`: for
+    liveness, aliasing and traffic) and the Stores it writes (`writes()`), each class
+    its own, and its multiply-adds counted as two flops each (`flops()`: none unless it
+    computes products)."""
+    kind = ""
+
+    def flops(self) -> int:
+        return 0
+
+
 @dataclass
-class LoopKernel:
+class LoopKernel(Kernel):
     """for index in shape: every store (at that index)."""
     name: str
     shape: tuple
@@ -122,9 +133,6 @@ class LoopKernel:
     def writes(self) -> list:
         return list(self.stores)
 
-    def flops(self) -> int:
-        return 0
-
 
 @dataclass
 class Reduction:
@@ -135,7 +143,7 @@ class Reduction:
 
 
 @dataclass
-class RowKernel:
+class RowKernel(Kernel):
     """for row in kept: reductions over the reduced dims (in order), then stores.
 
     full_index maps the loop variables to an index into the reduced operand's shape.
@@ -162,12 +170,9 @@ class RowKernel:
     def writes(self) -> list:
         return self.row_stores + self.full_stores
 
-    def flops(self) -> int:
-        return 0
-
 
 @dataclass
-class DotKernel:
+class DotKernel(Kernel):
     """out[b, m, n] = sum_k lhs(b, m, k) * rhs(b, k, n); then the epilogue stores."""
     name: str
     out: Buffer
@@ -219,7 +224,7 @@ class WinogradKernel(DotKernel):
 
 
 @dataclass
-class ConvKernel:
+class ConvKernel(Kernel):
     """out[n, o, *sp] = sum over (c, *window) of guarded input * kernel; then epilogue."""
     name: str
     out: Buffer
@@ -242,7 +247,7 @@ class ConvKernel:
 
 
 @dataclass
-class ScatterKernel:
+class ScatterKernel(Kernel):
     """out = operand; then for u in updates' shape: out[target(u)] += update(u)."""
     name: str
     out: Buffer
@@ -260,12 +265,9 @@ class ScatterKernel:
     def writes(self) -> list:
         return [Store(self.out, self.update, self.target)]
 
-    def flops(self) -> int:
-        return 0
-
 
 @dataclass
-class CollectiveKernel:
+class CollectiveKernel(Kernel):
     """A collective across processes (MPI): dst = op(src over all ranks)."""
     name: str
     op: str                  # all_reduce, all_gather, reduce_scatter
@@ -280,12 +282,9 @@ class CollectiveKernel:
     def writes(self) -> list:
         return _whole_stores([self.dst])
 
-    def flops(self) -> int:
-        return 0
-
 
 @dataclass
-class ControlKernel:
+class ControlKernel(Kernel):
     """A loop or cond run inside the program: its regions compiled as nested programs.
 
     `bodies` maps a region's role ('body', 'cond', 'true', 'false') to its Lowered
@@ -318,9 +317,6 @@ class ControlKernel:
 
     def writes(self) -> list:            # results and scratch: live at this kernel
         return _whole_stores(self.results + self.scratch())
-
-    def flops(self) -> int:
-        return 0
 
 
 def _whole_loads(buffers) -> list:

@@ -19,29 +19,10 @@ from .ir import (Acc, Buffer, Choose, CollectiveKernel, Const, ControlKernel, Co
                  loads_of)
 
 
-def kernel_loads(kernel) -> list:
-    """Every Load in a kernel (for alias and in-place checks)."""
-    return kernel.reads()
-
-
-def kernel_stores(kernel) -> list:
-    return kernel.writes()
-
-
-def kernel_flops(kernel) -> int:
-    """Multiply-adds of a dot or conv kernel, counted as two flops each (0 otherwise)."""
-    return kernel.flops()
-
-
-def kernel_kind(kernel) -> str:
-    return kernel.kind
-
-
 __all__ = ["Acc", "Buffer", "Choose", "CollectiveKernel", "Const", "ControlKernel",
            "ConvKernel", "DotKernel", "ExprBuilder", "IndexValue", "InRange", "Illegal",
            "Load", "LoopKernel", "Prim", "REDUCE_KIND", "Reduction", "RngValue",
            "RowKernel", "ScatterKernel", "Store", "VExpr", "WinogradKernel", "build_conv",
            "build_dot", "build_loop", "build_row", "build_scatter", "build_winograd",
-           "channel_vars", "extent", "kernel_flops", "kernel_kind", "kernel_loads",
-           "kernel_stores", "layout_epilogue", "loads_of", "loop_vars", "padded_epilogue",
+           "channel_vars", "extent", "layout_epilogue", "loads_of", "loop_vars", "padded_epilogue",
            "reduction_signature", "register_expression", "value_exprs"]

@@ -28,7 +28,7 @@ BLOCK_BYTES = 256 << 10          # what the leader writes per block of a chunk (
 
 def _stores(leader) -> list:
     """Every store of a leader kernel, a product's own output among them."""
-    stores = K.kernel_stores(leader)
+    stores = leader.writes()
     if isinstance(leader, K.DotKernel):
         stores = stores + [K.Store(leader.out, None, leader.out_index)]
     return stores
@@ -80,7 +80,7 @@ def follower_split(leader, split, follower, offsets):
     written = _written(leader)
     leader_bufs = leader_buffers(leader)
     u = None
-    for ld in K.kernel_loads(follower):
+    for ld in follower.reads():
         if ld.buffer.id not in written:
             if any(_overlap(ld.buffer, w, offsets) for w in written.values()):
                 return None
@@ -119,7 +119,7 @@ def candidates(kernels) -> list:
 
 def leader_buffers(kernel) -> list:
     """Every buffer a (leader) kernel reads or writes."""
-    bufs = {ld.buffer.id: ld.buffer for ld in K.kernel_loads(kernel)}
+    bufs = {ld.buffer.id: ld.buffer for ld in kernel.reads()}
     bufs.update(_written(kernel))
     return list(bufs.values())
 

@@ -286,11 +286,11 @@ class _Lowering:
         self.first, self.last = {}, {}
         first, last = self.first, self.last
         for t, k in enumerate(self.kernels):
-            for s in K.kernel_stores(k):
+            for s in k.writes():
                 if s.buffer.kind == "temp":
                     first.setdefault(s.buffer.id, t)
                     last.setdefault(s.buffer.id, t)
-            for ld in K.kernel_loads(k):
+            for ld in k.reads():
                 if ld.buffer.kind == "temp":
                     last[ld.buffer.id] = max(last.get(ld.buffer.id, t), t)
         for t, k in enumerate(self.kernels):
@@ -332,7 +332,7 @@ class _Lowering:
         naive = sum(n.nbytes for n in self.nodes
                     if n.op not in ("parameter", "variable", "constant"))
         traffic = [(k.name, sum(ld.buffer.nbytes for ld in _unique_loads(k)),
-                    sum(s.buffer.nbytes for s in K.kernel_stores(k))) for k in kernels]
+                    sum(s.buffer.nbytes for s in k.writes())) for k in kernels]
         return Lowered(kernels, self.buffers, self.inputs, self.out_bufs, self.var_names,
                        self.constants, mem, slots, list(self.order), self.in_place,
                        self.copied, naive, traffic)
@@ -340,7 +340,7 @@ class _Lowering:
 
 def _unique_loads(k):
     seen = {}
-    for ld in K.kernel_loads(k):
+    for ld in k.reads():
         seen[ld.buffer.id] = ld
     return list(seen.values())
 
@@ -374,7 +374,7 @@ def _identity_access(group, value_node, var_node, target, source_buffer, dests) 
                       [K.Buffer(-1, n.shape, n.dtype, "temp")])
     except K.Illegal:
         return False
-    store_index = [s.index for s in K.kernel_stores(kern) if s.buffer is target]
+    store_index = [s.index for s in kern.writes() if s.buffer is target]
     if len(store_index) != 1:
         return False
     if isinstance(kern, K.DotKernel) and kern.out is not target:
@@ -385,9 +385,9 @@ def _identity_access(group, value_node, var_node, target, source_buffer, dests) 
             return False
         loads = K.loads_of([s.value for s in kern.epilogue])
     elif isinstance(kern, (K.LoopKernel, K.RowKernel)):
-        loads = K.kernel_loads(kern)
+        loads = kern.reads()
     else:
-        return all(ld.buffer is not target for ld in K.kernel_loads(kern))
+        return all(ld.buffer is not target for ld in kern.reads())
     return all(tuple(ld.index) == tuple(store_index[0]) for ld in loads if ld.buffer is target)
 
 
@@ -399,7 +399,7 @@ def _in_place_pairs(kernels, last) -> list:
         if not isinstance(k, K.LoopKernel):
             continue
         outs = [s for s in k.stores if s.buffer.kind == "temp"]
-        loads = K.kernel_loads(k)
+        loads = k.reads()
         for s in outs:
             for ld in loads:
                 b = ld.buffer

@@ -93,7 +93,7 @@ class GpuEmitter(Emitter):
             base = b.mul(self.env[group.name], ir.Constant(I64, lanes), flags=["nuw", "nsw"])
             self.env[inner.name] = base
             self.lane_base = {}
-            for acc in K.kernel_loads(k) + list(k.stores):
+            for acc in k.reads() + list(k.stores):
                 lin = ix.linearize(acc.index, acc.buffer.shape)
                 aff = ix.affine(lin)
                 if aff is not None and aff[0].get(inner.name) == 1 and \
@@ -351,9 +351,9 @@ class CudaModuleBuilder(LlvmModule):
 
     def _emit(self, kernel, aliased, name, mode) -> None:
         buffers = {}
-        for load in K.kernel_loads(kernel):
+        for load in kernel.reads():
             buffers[load.buffer.id] = load.buffer
-        for store in K.kernel_stores(kernel):
+        for store in kernel.writes():
             buffers[store.buffer.id] = store.buffer
         bufs = sorted(buffers.values(), key=lambda b: b.id)
         fn = ir.Function(self.module, ir.FunctionType(
@@ -400,7 +400,7 @@ def thread_per_row(kernel) -> bool:
     if not kept or not reduced or hint(K.extent(kept)) < COLUMN_MIN_ROWS:
         return False
     along_kept = along_reduced = 0
-    for ld in K.kernel_loads(kernel):
+    for ld in kernel.reads():
         aff = ix.affine(ix.linearize(ld.index, ld.buffer.shape))
         if aff is not None:
             along_kept += aff[0].get(kept[-1].name) == 1
