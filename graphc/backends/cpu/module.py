@@ -42,6 +42,7 @@ class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
         self.profiling = None         # a Profiling in the profiling build
         self.profile_index: dict = {}  # id(schedule entry) -> its kernel number there
         self.dims_slot = None         # the table slot of the symbols' values (i64[])
+        self.shapes: dict = {}        # a kernel function's shape (shape_of) -> function
 
     def gemm(self, dtype: str):
         """void graphc_[sd]gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb,
@@ -110,9 +111,9 @@ class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
     def _kernel_function(self, kernel, aliased: set, split):
         """(the kernel's internal function, the buffers it takes in order)."""
         buffers = {}
-        for load in K.kernel_loads(kernel):
+        for load in kernel.reads():
             buffers[load.buffer.id] = load.buffer
-        for store in K.kernel_stores(kernel):
+        for store in kernel.writes():
             buffers[store.buffer.id] = store.buffer
         if isinstance(kernel, K.ScatterKernel):
             for s in kernel.copy.stores:
@@ -146,7 +147,6 @@ class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
         kernels, where every kernel keeps its own symbol."""
         if self.profiling is not None or os.environ.get("GRAPHC_EXPORT_KERNELS"):
             return fn
-        self.shapes = getattr(self, "shapes", {})
         shape = self.shape_of(fn)
         earlier = self.shapes.get(shape)
         if earlier is None:
@@ -427,6 +427,7 @@ class NativeModule:
         self.cpu = b.get_host_cpu_name()
         self.features = host_features()
         self.target_machine = host_target_machine(opt_level)
+        self._source = (llvm_ir, opt_level)
         self._module = None
         self._asm = None
         name = object_cache.key(llvm_ir, opt_level, {"triple": self.triple, "cpu": self.cpu,
@@ -437,29 +438,36 @@ class NativeModule:
             self.object_code, self.optimized_ir = cached
             self.cache = "hit"
             return
-        try:
-            module = b.parse_assembly(llvm_ir)
-            module.verify()
-        except RuntimeError as e:
-            raise CompileError(f"generated LLVM IR is invalid: {e}") from None
-        llvm_features.optimize(module, self.target_machine, opt_level)
-        for fn in list(module.functions):        # graphc's own GEMM kernels, optimized once
-            if fn.is_declaration and fn.name.startswith(gemm.PREFIX):
-                module.link_in(b.parse_assembly(
-                    gemm.optimized_ir(fn.name, host_features(), opt_level)))
-        self._module = module
+        module = self.module
         self.optimized_ir = str(module)
         self.object_code = self.target_machine.emit_object(module)
+        self._module = None        # code generation changed it: dump('asm') builds it again
         self.cache = "miss" if name else "off"
         if name:
             object_cache.store(name, self.object_code, self.optimized_ir)
 
     @property
     def module(self):
-        """The optimized module (parsed back from its text after a cache hit)."""
+        """The optimized module, built from the IR by the same passes each time it is
+        needed: for the object code, then again for dump('asm'), since emitting the
+        object rewrites the module (code generation's own IR passes) and a second
+        emission from it, or from the optimized text parsed back, chose other registers
+        than the object code has."""
         if self._module is None:
             from graphc_runtime.cpu import llvm
-            self._module = llvm().parse_assembly(self.optimized_ir)
+            b = llvm()
+            llvm_ir, opt_level = self._source
+            try:
+                module = b.parse_assembly(llvm_ir)
+                module.verify()
+            except RuntimeError as e:
+                raise CompileError(f"generated LLVM IR is invalid: {e}") from None
+            llvm_features.optimize(module, self.target_machine, opt_level)
+            for fn in list(module.functions):    # graphc's own GEMM kernels, optimized once
+                if fn.is_declaration and fn.name.startswith(gemm.PREFIX):
+                    module.link_in(b.parse_assembly(
+                        gemm.optimized_ir(fn.name, self.features, opt_level)))
+            self._module = module
         return self._module
 
     def assembly(self) -> str:

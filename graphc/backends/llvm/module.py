@@ -4,12 +4,13 @@ the thread team, BLAS and the entry points; CUDA's shared memory, barriers and
 libdevice, through the `libm` hook)."""
 from __future__ import annotations
 
+import re
+
 import llvmlite.ir as ir
 
 from graphc_runtime.dims import Undecidable
 
 from ...ir.primitive import lookup
-from ...kernels import kernel as K
 from .types import F32, _mangle
 
 
@@ -25,6 +26,7 @@ class LlvmModule:
         self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
         self.has_fma = True           # fused multiply-add in hardware (else mul, then add)
         self.symbols: list = []       # symbol names: every kernel takes their values
+        self.loop_properties: dict = {}   # a loop ID's reference (!N) -> its property
 
     # -- helpers --------------------------------------------------------------------------
     def loop_metadata(self, name: str, value) -> ir.MDValue:
@@ -34,17 +36,15 @@ class LlvmModule:
         md = self.module.add_metadata([ir.MetaDataString(self.module,
                                                          f"graphc.loop.{self._loops}"), prop])
         md.operands = (md,) + tuple(md.operands[1:])
-        self.loop_properties = getattr(self, "loop_properties", {})
         self.loop_properties[md.get_reference()] = f"{name}={value}"
         return md
 
     def shape_of(self, fn: ir.Function) -> str:
         """fn's IR text without its name and with each loop's metadata as its property:
         two functions with the same shape compute the same thing."""
-        import re
         text = str(fn).replace(f'@"{fn.name}"', "@F").replace(f"@{fn.name}(", "@F(")
-        props = getattr(self, "loop_properties", {})
-        return re.sub(r"!\d+", lambda m: props.get(m.group(0), m.group(0)), text)
+        return re.sub(r"!\d+", lambda m: self.loop_properties.get(m.group(0), m.group(0)),
+                      text)
 
     def intrinsic(self, name, types):
         """Declare an LLVM intrinsic overloaded on `types` (mangled as LLVM expects)."""
@@ -75,9 +75,9 @@ def aliased_buffers(kern, offsets) -> set:
     """Temp buffers of this kernel whose arena ranges overlap another one of its buffers
     (those kept in a kernel's scratch have none)."""
     bufs = {}
-    for ld in K.kernel_loads(kern):
+    for ld in kern.reads():
         bufs[ld.buffer.id] = ld.buffer
-    for st in K.kernel_stores(kern):
+    for st in kern.writes():
         bufs[st.buffer.id] = st.buffer
     temps = [b for b in bufs.values() if b.kind == "temp" and b.id in offsets]
     out = set()
