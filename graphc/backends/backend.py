@@ -72,7 +72,8 @@ class Backend:
         return SchedulePolicy(fuse=self.opts.get("fuse", True))
 
     def build(self, job: Build) -> Built:
-        raise NotImplementedError
+        """Native code for job.lowered: every backend defines its own."""
+        raise NotImplementedError(f"backend {type(self).__name__} defines no build()")
 
 
 _REGISTRY: dict[str, object] = {

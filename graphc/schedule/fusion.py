@@ -75,10 +75,6 @@ def node_class(node: Node) -> str:
     return "fusible"
 
 
-def _op_cost(node: Node) -> int:
-    return lookup(node.op).cost
-
-
 def _read_ratio(node: Node, leaves: dict) -> float:
     """Elements read from the buffers beneath `node`, per element of it."""
     size = max(hint(node.size), 1)
@@ -132,7 +128,7 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
         # operands are materialized (they are small next to the product)
         pure_view[n.id] = lookup(n.op).remap and n.op != "reverse" and \
             all(pure_view[i.id] for i in n.inputs)
-        cost[n.id] = _op_cost(n) + sum(cost[i.id] for i in n.inputs if i.id not in materialized)
+        cost[n.id] = lookup(n.op).cost + sum(cost[i.id] for i in n.inputs if i.id not in materialized)
         leaves[n.id] = {}
         for i in n.inputs:
             if i.id in materialized or cls[i.id] == "buffer":

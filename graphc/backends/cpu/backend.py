@@ -13,8 +13,9 @@ import time
 
 from graphc_runtime.cpu import CpuProgram
 from graphc_runtime.cpus import usable_cpus
-from graphc_runtime.errors import CompileError
+from graphc_runtime.errors import CompileError, DeviceError
 
+from ...kernels import kernel as K
 from ...passes.canonicalize_dots import canonicalize_dots
 from ...passes.column_sums import column_sums
 from ...passes.conv_to_gemm import conv_to_gemm
@@ -39,7 +40,6 @@ class CpuBackend(Backend):
 
     def __init__(self, index, options, loc=None):
         if index not in (None, 0):
-            from graphc_runtime.errors import DeviceError
             raise DeviceError(f"unknown device 'cpu:{index}'; the CPU is 'cpu' (or 'cpu:0')",
                               loc)
         super().__init__(None, options, loc)
@@ -102,8 +102,6 @@ class CpuBackend(Backend):
 def collective_steps(lowered) -> list:
     """The collectives between native segments, with where their buffers live (a table
     slot for inputs/outputs/variables/constants, an arena offset for temporaries)."""
-    from ...kernels import kernel as K
-
     def where(buf):
         if buf.kind == "temp":
             return {"offset": lowered.memory.offsets[buf.id]}

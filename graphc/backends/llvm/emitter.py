@@ -103,24 +103,9 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
         self._counted(v, high, end, vars_, body)
 
     def _loop(self, name: str, begin, step: int, more, body):
-        """for (i = begin; more(i); i += step) body(i); returns (i as the loop left it,
-        the branch back to its head)."""
-        b = self.b
-        pre = b.block
-        head = b.append_basic_block(f"{name}.head")
-        loop = b.append_basic_block(f"{name}.body")
-        done = b.append_basic_block(f"{name}.done")
-        b.branch(head)
-        b.position_at_end(head)
-        i = b.phi(I64, name)
-        i.add_incoming(begin, pre)
-        b.cbranch(more(i), loop, done)
-        b.position_at_end(loop)
-        body(i)
-        i.add_incoming(b.add(i, ir.Constant(I64, step), flags=["nsw", "nuw"]), b.block)
-        back = b.branch(head)
-        b.position_at_end(done)
-        return i, back
+        """for (i = begin; more(i); i += step) body(i), i never wrapping; returns (i as
+        the loop left it, the branch back to its head)."""
+        return loop(self.b, name, begin, ir.Constant(I64, step), more, body, ["nsw", "nuw"])
 
     def _counted(self, v, begin, end, vars_, body) -> None:
         """for v in [begin, end): the loops of vars_[1:] around body."""
@@ -344,20 +329,27 @@ def hoistable_choices(kern: K.LoopKernel) -> list:
     return chosen
 
 
-def strided_loop(b: ir.IRBuilder, start, stop, step, body) -> None:
-    """for (i = start; i < stop; i += step) body(i), all i64 and non-negative, emitted
-    at the builder's position (which ends after the loop)."""
+def loop(b: ir.IRBuilder, name: str, begin, step, more, body, flags=()):
+    """for (i = begin; more(i); i += step) body(i), emitted at the builder's position
+    (which ends after the loop), i an i64 and step an i64 value, its add carrying
+    `flags`; returns (i as the loop left it, the branch back to its head)."""
     pre = b.block
-    head = b.append_basic_block("strided.head")
-    loop = b.append_basic_block("strided.body")
-    done = b.append_basic_block("strided.done")
+    head = b.append_basic_block(f"{name}.head")
+    body_block = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
     b.branch(head)
     b.position_at_end(head)
-    i = b.phi(I64)
-    i.add_incoming(start, pre)
-    b.cbranch(b.icmp_unsigned("<", i, stop), loop, done)
-    b.position_at_end(loop)
+    i = b.phi(I64, name)
+    i.add_incoming(begin, pre)
+    b.cbranch(more(i), body_block, done)
+    b.position_at_end(body_block)
     body(i)
-    i.add_incoming(b.add(i, step), b.block)
-    b.branch(head)
+    i.add_incoming(b.add(i, step, flags=list(flags)), b.block)
+    back = b.branch(head)
     b.position_at_end(done)
+    return i, back
+
+
+def strided_loop(b: ir.IRBuilder, start, stop, step, body) -> None:
+    """for (i = start; i < stop; i += step) body(i), all i64 and non-negative."""
+    loop(b, "strided", start, step, lambda i: b.icmp_unsigned("<", i, stop), body)
