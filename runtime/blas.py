@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 
-from . import forks, openmp
+from . import forks, openmp, pool
 from .errors import CompileError
 
 SYMBOLS = {"graphc_sgemm": "scipy_cblas_sgemm", "graphc_dgemm": "scipy_cblas_dgemm"}
@@ -22,15 +22,15 @@ _lib = None
 def library():
     """The loaded OpenBLAS (ctypes.CDLL), or None when scipy-openblas32 is missing.
 
-    Where OpenMP's team runs graphc's kernels (graphc_runtime.openmp), OpenBLAS runs one
-    thread per call and the team splits large products instead: one set of threads for
+    Where graphc's pool runs its kernels (graphc_runtime.pool), OpenBLAS runs one
+    thread per call and the pool splits large products instead: one set of threads for
     everything, and results that do not depend on the thread count (OpenBLAS's own sums
     depend on how many threads it uses; its one-thread products do not depend on how the
     rows or columns are split)."""
     global _lib
     fresh = _lib is None
     lib = _load()
-    if fresh and lib is not None and openmp.library() is not None:
+    if fresh and lib is not None and _shared_threads():
         _set(lib, 1)
     return lib
 
@@ -82,10 +82,16 @@ def require(object_code: bytes) -> None:
 
 def set_threads(n: int) -> None:
     """Threads OpenBLAS may use for graphc's products (e.g. cores per MPI process); one
-    where OpenMP's team splits the products (see library())."""
+    where graphc's pool splits the products (see library())."""
     lib = library()
     if lib is not None:
-        _set(lib, 1 if openmp.library() is not None else n)
+        _set(lib, 1 if _shared_threads() else n)
+
+
+def _shared_threads() -> bool:
+    """Whether graphc's threads split the products: its pool, or OpenMP's team that code
+    compiled before the pool runs on."""
+    return pool.enabled() or openmp.library() is not None
 
 
 def _set(lib, n: int) -> None:

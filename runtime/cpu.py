@@ -13,7 +13,8 @@ import weakref
 
 import numpy as np
 
-from . import blas, collectives, dims, forks, openmp
+from . import blas, collectives, dims, forks, openmp, pool
+from .host import host_features, host_target_machine, llvm  # noqa: F401 (re-exported)
 from .dtypes import NUMPY, type_str
 from .errors import CompileError, FeedError
 from .feeds import bind_inputs, bind_symbols, check_array, sizes
@@ -21,46 +22,6 @@ from .feeds import bind_inputs, bind_symbols, check_array, sizes
 ENTRY_ABI = 2     # graphc_entry returns i32: 0 after a run, k+1 if input k overlaps the
                   # arena or a variable (then nothing ran); the object code says which
                   # contract it has in its `graphc_entry_abi` global
-_llvm_ready = False
-_llvm_lock = threading.Lock()
-
-
-forks.guard_module_lock(sys.modules[__name__], "_llvm_lock")
-
-
-def llvm():
-    """llvmlite.binding, initialized once for the native target."""
-    global _llvm_ready
-    import llvmlite.binding as binding
-    with _llvm_lock:
-        if not _llvm_ready:
-            binding.initialize_native_target()
-            binding.initialize_native_asmprinter()
-            _llvm_ready = True
-    return binding
-
-
-def host_target_machine(opt: int = 3):
-    """A target machine for this CPU with all of its features."""
-    b = llvm()
-    target = b.Target.from_default_triple()
-    return target.create_target_machine(cpu=b.get_host_cpu_name(),
-                                        features=_features(b),
-                                        opt=opt, reloc="default", codemodel="jitdefault")
-
-
-def host_features() -> str:
-    return _features(llvm())
-
-
-def _features(b) -> str:
-    """Host CPU features; with AVX-512, let the vectorizer use the full 512-bit width."""
-    features = b.get_host_cpu_features().flatten()
-    if "+avx512f" in features.split(","):
-        features += ",-prefer-256-bit"
-    return features
-
-
 def _numpy_data_offset_ok() -> bool:
     """Does numpy's array struct keep the data pointer where graphc_entry reads it?"""
     probe = np.arange(3.0)
@@ -166,7 +127,8 @@ class CpuProgram:
             raise CompileError(f"cannot load the native code: {e}") from None
         if not address:
             raise CompileError("the native code has no graphc_main")
-        self.openmp = openmp.bind(self.engine, self)
+        self.on_pool = pool.bind(self.engine, self)        # split kernels on the pool
+        self.openmp = openmp.bind(self.engine, self)       # code from before the pool
         self._main = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(address)
         n_obj = len(signature.inputs) + len(signature.outputs)
         entry = self.engine.get_function_address("graphc_entry")

@@ -8,7 +8,7 @@ waiting at most FORK_WAIT_S in all for calls in flight to finish, so the child s
 program between two calls; both sides then get the locks back free. A program whose call
 did not finish in time is marked in the child: its variables may be half-updated, and a
 call there raises a GraphcError saying so instead of hanging or computing from them.
-(OpenMP's team is reset in the child by graphc_runtime.openmp.)
+(The thread pool is reset in the child by graphc_runtime.pool.)
 """
 from __future__ import annotations
 

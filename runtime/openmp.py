@@ -1,6 +1,7 @@
-"""OpenMP's thread team (libgomp, through its C ABI) for graphc's parallel kernels.
+"""OpenMP's thread team (libgomp, through its C ABI) for code compiled before graphc's own
+pool (graphc_runtime.pool): artifacts saved by earlier versions still run on it.
 
-Native code holds three pointers, `graphc_gomp_parallel`, `graphc_gomp_thread_num` and
+Such native code holds three pointers, `graphc_gomp_parallel`, `graphc_gomp_thread_num` and
 `graphc_gomp_num_threads`, that `bind()` fills with libgomp's `GOMP_parallel`,
 `omp_get_thread_num` and `omp_get_num_threads` when the library is present: kernels then run on OpenMP's persistent, spin-waiting team instead
 of threads started for each call (which cost tens of microseconds). Without libgomp, or

@@ -212,7 +212,7 @@ def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwarg
     names = [{"name": "thread_name", "ph": "M", "pid": 1, "tid": 0,
               "args": {"name": "step (kernels in order)"}}] + \
         [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t,
-          "args": {"name": f"team thread {t - 1}"}} for t in sorted(threads)]
+          "args": {"name": f"pool thread {t - 1}"}} for t in sorted(threads)]
     total = totals.sum() or 1.0
     rows = []
     for k, meta in enumerate(kernels):

@@ -9,7 +9,7 @@ import pytest
 import graphc as gc
 import graphc_runtime
 from graphc.cli import main as cli
-from graphc_runtime import openmp
+from graphc_runtime import pool
 
 
 def mlp_step(rng, batch=64):
@@ -59,18 +59,19 @@ def test_chrome_trace_has_an_event_per_kernel_per_call(rng, tmp_path):
     assert any(e["ph"] == "M" and e["args"]["name"].startswith("step") for e in events)
 
 
-@pytest.mark.skipif(openmp.library() is None, reason="libgomp (OpenMP's team) not present")
-def test_split_kernels_get_a_track_per_team_thread(rng):
+@pytest.mark.skipif(pool.pool() is None, reason="no thread pool (it needs Linux on x86-64 or AArch64)")
+def test_split_kernels_get_a_track_per_pool_thread(rng):
     n = 1 << 20
     with gc.Graph():
         x = gc.placeholder((n,), name="x")
         exe = gc.compile(gc.tanh(x) * 2.0 + x, num_threads=2)
     report = exe.profile(repeat=2, x=rng.standard_normal(n).astype(np.float32))
     chunks = [e for e in report.events if e["ph"] == "X" and e["tid"] > 0]
-    assert {e["args"]["chunk"] for e in chunks} == {0, 1}
+    numbers = {e["args"]["chunk"] for e in chunks}      # a large kernel: several a thread
+    assert len(numbers) >= 2 and numbers == set(range(len(numbers)))
     assert len({e["tid"] for e in chunks}) >= 1
     tracks = [e["args"]["name"] for e in report.events if e["ph"] == "M"]
-    assert any(t.startswith("team thread") for t in tracks)
+    assert any(t.startswith("pool thread") for t in tracks)
 
 
 def test_graphc_profile_on_an_artifact(rng, tmp_path, capsys):

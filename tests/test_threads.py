@@ -68,66 +68,14 @@ def test_long_reductions_are_split_and_shared_by_threads():
     np.testing.assert_array_equal(a[1], x.max(axis=1))
 
 
-OPENMP_CHECK = r"""
-import os, sys, numpy as np, graphc as gc
-rng = np.random.default_rng(0)
-x = rng.standard_normal((600, 700)).astype(np.float32)
-w = rng.standard_normal((700, 300)).astype(np.float32)
-with gc.Graph():
-    px, pw = gc.placeholder(x.shape, name="x"), gc.placeholder(w.shape, name="w")
-    exe = gc.compile([gc.softmax(px @ pw, axis=1), gc.tanh(px) * 2], num_threads=2)
-first = exe(x, w)
-print("openmp", exe._native.openmp)
-np.save(sys.argv[1] + ".blas.npy", first[0])
-np.save(sys.argv[1] + ".tanh.npy", first[1])
-pid = os.fork()                       # a forked child: OpenMP's team is gone there
-if pid == 0:
-    again = exe(x, w)
-    os._exit(0 if all(np.array_equal(a, b) for a, b in zip(first, again)) else 3)
-_, status = os.waitpid(pid, 0)
-print("child", os.waitstatus_to_exitcode(status))
-"""
-
-
-def test_openmp_team_or_own_threads_give_the_same_bits_and_survive_fork(tmp_path):
-    """With libgomp (GRAPHC_OPENMP=1, the default) kernels run on OpenMP's team, with
-    GRAPHC_OPENMP=0 on threads started per call: the same bits for graphc's kernels (the
-    products differ in rounding only: without the team OpenBLAS runs its own threads),
-    and a forked child (where the team is gone) still runs, without hanging. A team
-    capped below the chunk count gives the same bits."""
-    import os
-    import subprocess
-    import sys
-    from graphc_runtime import openmp
-    script = tmp_path / "check.py"
-    script.write_text(OPENMP_CHECK)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for setting, extra in (("1", {}), ("0", {}), ("limited", {"OMP_THREAD_LIMIT": "1"})):
-        env = dict(os.environ, GRAPHC_OPENMP="0" if setting == "0" else "1", **extra)
-        out = subprocess.run([sys.executable, str(script), str(tmp_path / f"r{setting}")],
-                             capture_output=True, text=True, timeout=120, env=env, cwd=root)
-        assert out.returncode == 0, out.stderr[-2000:]
-        assert "child 0" in out.stdout
-        expected = setting != "0" and openmp.find() is not None
-        assert f"openmp {expected}" in out.stdout
-    np.testing.assert_array_equal(np.load(tmp_path / "r0.tanh.npy"),
-                                  np.load(tmp_path / "r1.tanh.npy"))
-    np.testing.assert_allclose(np.load(tmp_path / "r0.blas.npy"),
-                               np.load(tmp_path / "r1.blas.npy"), rtol=1e-4, atol=1e-6)
-    # a team smaller than asked for (OMP_THREAD_LIMIT=1) still runs every chunk once
-    for part in ("tanh", "blas"):
-        np.testing.assert_array_equal(np.load(tmp_path / f"rlimited.{part}.npy"),
-                                      np.load(tmp_path / f"r1.{part}.npy"))
-
-
-def test_loaded_artifacts_run_on_the_same_team(tmp_path):
+def test_loaded_artifacts_run_on_the_same_pool(tmp_path):
     import graphc_runtime
-    from graphc_runtime import openmp
+    from graphc_runtime import pool
     x = np.random.default_rng(3).standard_normal((600, 700)).astype(np.float32)
     with gc.Graph():
         p = gc.placeholder(x.shape, name="x")
         exe = gc.compile(gc.tanh(p) * 2 + gc.softmax(p, axis=1), num_threads=2)
     exe.save(str(tmp_path / "m.gcx"))
     loaded = graphc_runtime.load(str(tmp_path / "m.gcx"))
-    assert loaded._native.openmp == exe._native.openmp == (openmp.library() is not None)
+    assert loaded._native.on_pool == exe._native.on_pool == (pool.pool() is not None)
     np.testing.assert_array_equal(loaded(x), exe(x))

@@ -23,7 +23,8 @@ from .emitter import Emitter
 from .dot_plan import blas_plan
 from ..llvm.emitter import strided_loop
 from ..llvm.module import LlvmModule, aliased_buffers
-from .parallel import ParallelBuilder, split_granule, split_var, split_work
+from .parallel import CHUNKS_PER_THREAD, split_chunks, split_granule, split_var, split_work
+from .threads import ThreadsBuilder
 from .profiling import Profiling
 from ..llvm.symbols import emit_dim, program_symbols
 from ..llvm.types import COMPUTE, I8, I32, I64, STORAGE, VOID
@@ -31,7 +32,7 @@ from ..llvm.types import COMPUTE, I8, I32, I64, STORAGE, VOID
 NUMPY_DATA_OFFSET = 16     # PyArrayObject: PyObject_HEAD (refcount, type), then data
 
 
-class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
+class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
     """Builds the LLVM module for one executable."""
 
     def __init__(self, name: str, triple: str = "", data_layout: str = ""):
@@ -80,7 +81,7 @@ class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
         """Emit `kernel` as an internal function; `aliased` holds ids of buffers that may
         share memory with another buffer of this kernel (no noalias for them). With a
         `split` loop variable the function takes (begin, end) for it as two last i64
-        arguments, so that threads can run disjoint ranges: OpenMP's team when present,
+        arguments, so that threads can run disjoint ranges: the runtime's pool when bound,
         else threads started for the call if `own_threads`, else one call. `then`:
         (follower kernel, its aliased set, its loop variable) to run in each of this
         kernel's chunks, right after it (see chaining.py)."""
@@ -101,7 +102,8 @@ class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
             work, threshold = split_work(kernel, self.threads)
             least = (work, threshold) if isinstance(work, Dim) else None
         granule = split_granule(kernel, split) if split is not None else 1
-        entry = (fn, bufs, (split, own_threads, least, granule), trampoline)
+        chunks = split_chunks(kernel, split, self.threads, granule) if split is not None else 1
+        entry = (fn, bufs, (split, own_threads, least, granule, chunks), trampoline)
         self.kernels.append(entry)
         if self.profiling is not None:
             self.profile_index[id(entry)] = index
@@ -250,29 +252,20 @@ class ModuleBuilder(LlvmModule, ParallelBuilder, ControlBuilder):
             cache[buf.id] = b.bitcast(raw, ir.PointerType(STORAGE[buf.dtype]))
             return cache[buf.id]
 
-        for entry in schedule:
-            index = self.profile_index.get(id(entry)) if self.profiling is not None else None
-            if isinstance(entry, ControlEntry):
-                if index is not None:
-                    self.profiling.kernel_start(b, index)
-                self.emit_control(b, entry, pointer, (dims_raw, values))
-                if index is not None:
-                    self.profiling.kernel_end(b, index)
+        run = []                 # kernels since the last control-flow region
+        for entry in list(schedule) + [None]:
+            if not isinstance(entry, ControlEntry) and entry is not None:
+                run.append(entry)
                 continue
-            fn_k, bufs, (split, own_threads, least, granule), trampoline = entry
-            ptrs = [pointer(x) for x in bufs] + sym_args
+            if run:
+                self.emit_run(b, run, pointer, sym_args, values, emit_dim)
+                run = []
+            if entry is None:
+                break
+            index = self.profile_index.get(id(entry)) if self.profiling is not None else None
             if index is not None:
                 self.profiling.kernel_start(b, index)
-            if split is None:
-                b.call(fn_k, ptrs)
-            else:
-                small = None
-                if least is not None:           # too little work at this call: one thread
-                    small = b.icmp_signed("<", emit_dim(b, least[0], values),
-                                          ir.Constant(I64, least[1]))
-                self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads,
-                                    emit_dim(b, ix.extent_of(split), values), small,
-                                    granule)
+            self.emit_control(b, entry, pointer, (dims_raw, values))
             if index is not None:
                 self.profiling.kernel_end(b, index)
         b.ret_void()
@@ -358,7 +351,7 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
     mb.has_fma = "+fma" in features or "+avx512f" in features or not triple.startswith("x86")
     if profile:
         native = [k for k in lowered.kernels if not isinstance(k, K.CollectiveKernel)]
-        mb.profiling = Profiling(mb.module, len(native), threads)
+        mb.profiling = Profiling(mb.module, len(native), threads * CHUNKS_PER_THREAD)
     offsets = lowered.memory.offsets
     mb.symbols = program_symbols(lowered.buffers.values())
     mb.dims_slot = 1 + len(lowered.slots)

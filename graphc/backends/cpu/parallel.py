@@ -1,162 +1,18 @@
-"""Threads for split kernels: OpenMP's team (libgomp through pointers the runtime fills)
-or threads started per call, the strided chunk loop, and where kernels are split."""
+"""Where kernels are split for threads, along which loop variable, into how many chunks
+(the policy; threads.py emits the calls)."""
 from __future__ import annotations
 
-import llvmlite.ir as ir
-
 from graphc_runtime.dims import Dim, hint
-from graphc_runtime.openmp import SYMBOLS as OPENMP_POINTERS
-
 
 from ...ir.primitive import is_transcendental
 from ...kernels import index as ix
 from ...kernels import kernel as K
-from ..llvm.emitter import strided_loop
 from .dot_plan import blas_plan
-from ..llvm.types import I8, I32, I64, VOID
-
-
-class ParallelBuilder:
-    """ModuleBuilder's calls of split kernels across threads."""
-
-    def _parallel_call(self, b, fn_k, ptrs, split, trampoline, own_threads=True,
-                       extent_value=None, small=None, granule: int = 1) -> None:
-        """Run fn_k over `split`'s range in `threads` contiguous chunks. On OpenMP's team
-        when the runtime found libgomp (graphc_gomp_parallel set), else chunks 1.. on new
-        threads (pthreads) and chunk 0 here, then join; a thread that cannot be started
-        runs its chunk here instead. Every element is computed by exactly one call over
-        the same chunks either way, so results do not depend on the thread count.
-        Kernels not worth threads started per call (`own_threads` false) run as one
-        call when there is no team, and so does every call where `small` (an i1 a
-        symbolic program computes from the call's sizes) is true. Chunk bounds inside
-        the range are multiples of `granule` (see split_granule)."""
-        if small is not None:
-            with b.if_else(small) as (one, many):
-                with one:
-                    b.call(fn_k, ptrs + [ir.Constant(I64, 0), extent_value])
-                with many:
-                    self._parallel_call(b, fn_k, ptrs, split, trampoline, own_threads,
-                                        extent_value, None, granule)
-            return
-        i8p = ir.PointerType(I8)
-        extent = ix.extent_of(split)
-        if isinstance(extent, int):
-            threads = min(self.threads, extent)
-            cut = [extent * t // threads // granule * granule for t in range(threads)]
-            bounds = [ir.Constant(I64, v) for v in cut + [extent]]
-            extent_value = ir.Constant(I64, extent)
-        else:                   # chunk bounds from the call's size (some may be empty)
-            threads = self.threads
-            g = ir.Constant(I64, granule)
-            bounds = [b.mul(b.udiv(b.udiv(b.mul(extent_value, ir.Constant(I64, t)),
-                                          ir.Constant(I64, threads)), g), g)
-                      for t in range(threads)] + [extent_value]
-        contexts = []
-        extra = [] if self.profiling is None else [None]      # the chunk's number
-        for t in range(threads):
-            ctx = b.alloca(I64, size=ir.Constant(I64, len(ptrs) + 2 + len(extra)))
-            words = [b.ptrtoint(p, I64) if isinstance(p.type, ir.PointerType) else p
-                     for p in ptrs] + [bounds[t], bounds[t + 1]] + \
-                [ir.Constant(I64, t) for _ in extra]
-            for k, w in enumerate(words):
-                b.store(w, b.gep(ctx, [ir.Constant(I64, k)]))
-            contexts.append(ctx)
-        team = b.load(self.openmp()[0])
-        with b.if_else(b.icmp_unsigned("!=", b.ptrtoint(team, I64), ir.Constant(I64, 0))) \
-                as (on_team, no_team):
-            with on_team:
-                job = b.alloca(i8p, size=ir.Constant(I64, threads + 2))
-                b.store(b.bitcast(trampoline, i8p), b.gep(job, [ir.Constant(I64, 0)]))
-                b.store(b.inttoptr(ir.Constant(I64, threads), i8p),
-                        b.gep(job, [ir.Constant(I64, 1)]))
-                for t, ctx in enumerate(contexts):
-                    b.store(b.bitcast(ctx, i8p), b.gep(job, [ir.Constant(I64, t + 2)]))
-                fnty = ir.FunctionType(VOID, [i8p, i8p, I32, I32])
-                b.call(b.bitcast(team, ir.PointerType(fnty)),
-                       [b.bitcast(self.gomp_body(), i8p), b.bitcast(job, i8p),
-                        ir.Constant(I32, threads), ir.Constant(I32, 0)])
-            with no_team:
-                if own_threads:
-                    self._pthread_chunks(b, fn_k, ptrs, bounds, contexts, trampoline)
-                else:
-                    b.call(fn_k, ptrs + [ir.Constant(I64, 0), extent_value])
-
-    def _pthread_chunks(self, b, fn_k, ptrs, bounds, contexts, trampoline) -> None:
-        i8p = ir.PointerType(I8)
-        create = self.module.globals.get("pthread_create") or ir.Function(
-            self.module, ir.FunctionType(I32, [ir.PointerType(I64), i8p, i8p, i8p]),
-            "pthread_create")
-        join = self.module.globals.get("pthread_join") or ir.Function(
-            self.module, ir.FunctionType(I32, [I64, ir.PointerType(i8p)]), "pthread_join")
-        started = []
-        for t in range(1, len(contexts)):
-            tid = b.alloca(I64)
-            rc = b.call(create, [tid, ir.Constant(i8p, None), b.bitcast(trampoline, i8p),
-                                 b.bitcast(contexts[t], i8p)])
-            failed = b.icmp_signed("!=", rc, ir.Constant(I32, 0))
-            with b.if_then(failed):
-                b.call(fn_k, ptrs + [bounds[t], bounds[t + 1]])
-            started.append((tid, failed))
-        b.call(fn_k, ptrs + [bounds[0], bounds[1]])
-        for tid, failed in started:
-            with b.if_then(b.not_(failed)):
-                b.call(join, [b.load(tid), ir.Constant(ir.PointerType(i8p), None)])
-
-    def openmp(self):
-        """The pointers the runtime sets to libgomp's GOMP_parallel, omp_get_thread_num
-        and omp_get_num_threads (null: no OpenMP; see graphc_runtime.openmp)."""
-        i8p = ir.PointerType(I8)
-        out = []
-        for name in OPENMP_POINTERS:
-            if name not in self.module.globals:
-                g = ir.GlobalVariable(self.module, i8p, name)
-                g.initializer = ir.Constant(i8p, None)
-            out.append(self.module.globals[name])
-        return out
-
-    def team_thread(self, b):
-        """i64: this thread's number in OpenMP's team, or -1 off the team (no libgomp,
-        or a thread started for the call)."""
-        _, thread_num, _ = self.openmp()
-        fnty = ir.FunctionType(I32, [])
-        ptr = b.load(thread_num)
-        on_team = b.icmp_unsigned("!=", b.ptrtoint(ptr, I64), ir.Constant(I64, 0))
-        result = b.alloca(I64)
-        b.store(ir.Constant(I64, -1), result)
-        with b.if_then(on_team):
-            b.store(b.sext(b.call(b.bitcast(ptr, ir.PointerType(fnty)), []), I64), result)
-        return b.load(result)
-
-    def gomp_body(self):
-        """void graphc_gomp_body(i8** job): what each OpenMP thread runs. job[0] is a
-        chunk trampoline, job[1] the number of chunks, job[2 + c] chunk c's context;
-        thread t runs chunks t, t + n, ... of a team of n (libgomp may give fewer
-        threads than asked for: every chunk still runs exactly once)."""
-        name = "graphc_gomp_body"
-        if name in self.module.globals:
-            return self.module.globals[name]
-        i8p = ir.PointerType(I8)
-        fn = ir.Function(self.module, ir.FunctionType(VOID, [i8p]), name)
-        fn.linkage = "internal"
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        job = b.bitcast(fn.args[0], ir.PointerType(i8p))
-        _, thread_num, num_threads = self.openmp()
-        query = lambda ptr: b.sext(b.call(b.bitcast(b.load(ptr), ir.PointerType(
-            ir.FunctionType(I32, []))), []), I64)
-        first, team = query(thread_num), query(num_threads)
-        team = b.select(b.icmp_signed("<", team, ir.Constant(I64, 1)), ir.Constant(I64, 1), team)
-        tramp = b.bitcast(b.load(b.gep(job, [ir.Constant(I64, 0)])),
-                          ir.PointerType(ir.FunctionType(i8p, [i8p])))
-        chunks = b.ptrtoint(b.load(b.gep(job, [ir.Constant(I64, 1)])), I64)
-        strided_loop(b, first, chunks, team, lambda c: b.call(
-            tramp, [b.load(b.gep(job, [b.add(c, ir.Constant(I64, 2))]))]))
-        b.ret_void()
-        return fn
 
 
 TEAM_MIN_WORK = 1 << 16          # element-steps from which a kernel is split for threads:
-# OpenMP's team of spinning workers takes a chunk within microseconds
-THREAD_MIN_WORK = 1 << 22        # without libgomp, threads are started per call (tens of
+# the pool's spinning workers take a chunk within microseconds
+THREAD_MIN_WORK = 1 << 22        # without the pool, threads are started per call (tens of
 # microseconds each): below this the split kernel runs as one call
 BLAS_CHUNK_MIN_FLOPS = 1 << 21   # a BLAS product's chunks each keep this much work (and so
 # OpenBLAS's standard kernels: every element is summed in the same order for any split)
@@ -231,6 +87,29 @@ def split_var(kern, threads: int):
     return None, False
 
 
+CHUNKS_PER_THREAD = 4   # a busy machine (bench.contention, DistilBERT-width encoder, 24 ms
+# quiet): 44-48 ms with one chunk per thread, 41-43 with up to four
+DOT_CHUNK_MIN_EXTENT = 512      # quiet, chunks of 256 columns made W4 (1024^3) 10% and
+# W5 8% slower than one chunk per thread; 512 kept them (docs/performance.md)
+EXTRA_CHUNK_MIN_WORK = 1 << 20   # work (split_work's units) each chunk keeps where a
+# kernel gets more chunks than threads: small kernels stay at one chunk per thread
+
+
+def split_chunks(kern, split, threads: int, granule: int) -> int:
+    """How many chunks the pool gets for a kernel split along `split`: one per thread,
+    up to CHUNKS_PER_THREAD per thread for large kernels, so that the threads that run
+    take over the chunks of a thread the OS has not scheduled; every chunk keeps
+    EXTRA_CHUNK_MIN_WORK and at least one granule of the range, and a product's chunk
+    DOT_CHUNK_MIN_EXTENT of its split dimension (each chunk packs the other operand's
+    panels again)."""
+    work = hint(split_work(kern, threads)[0])
+    extent = hint(ix.extent_of(split))
+    most = max(1, extent // max(granule, 1))
+    if isinstance(kern, K.DotKernel):
+        most = min(most, extent // DOT_CHUNK_MIN_EXTENT)
+    return max(threads, min(threads * CHUNKS_PER_THREAD, most, work // EXTRA_CHUNK_MIN_WORK))
+
+
 def split_granule(kern, split) -> int:
     """What a kernel's thread chunks' bounds are multiples of: for the own GEMM kernels
     split along the columns of C, 16 (a 512-bit vector of floats), so that no chunk but
@@ -246,11 +125,11 @@ def split_granule(kern, split) -> int:
 
 
 def _blas_split(kern, threads: int):
-    """The m or n variable of a BLAS product to split between OpenMP's threads, or None.
+    """The m or n variable of a BLAS product to split between the pool's threads, or None.
     The split goes along the larger operand's own free dimension (n when B is the bigger
     operand, m when A is), so each thread packs only its share of the big operand
     (docs/performance.md). Chunks stay large.
-    Without libgomp the product stays one call and OpenBLAS runs its own threads."""
+    Without the pool the product stays one call and OpenBLAS runs its own threads."""
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
     ms, ns, ks = real(kern.m_vars), real(kern.n_vars), real(kern.k_vars)
     # symbolic sizes: decided for a typical size, the chunks' bounds computed at the call

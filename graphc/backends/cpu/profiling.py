@@ -7,7 +7,7 @@ The normal build has none of this code.
     graphc_profile_kernels [3K x i64]         start, end of kernel k, and the calling
                                               thread's CPU time spent in it
     graphc_profile_chunks  [4KC x i64]        start, end, thread of chunk c of kernel k
-                                              (0 where the chunk did not run on a team),
+                                              (0 where the chunk did not run on the pool),
                                               and the CPU time its thread spent in it
 
 CPU time is CLOCK_THREAD_CPUTIME_ID: what a thread ran, not what it waited for a CPU, so
@@ -93,7 +93,7 @@ class Profiling:
 
     def follower(self, b, k: int, thread, run) -> None:
         """Time `run()`, one block of a chained follower (see schedule/chaining.py), into
-        kernel k's chunk numbered by the team thread that runs it (0 off the team):
+        kernel k's chunk numbered by the pool thread that runs it (0 off the pool):
         start is the first block's start, end - start the blocks' time added up."""
         chunk = b.select(b.icmp_signed("<", thread, ir.Constant(I64, 0)), ir.Constant(I64, 0),
                          thread)

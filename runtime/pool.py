@@ -1,0 +1,173 @@
+"""graphc's own thread pool, built once per process as native code.
+
+A program hands the pool a *sequence of jobs* (`graphc_pool_run(jobs, count)`: records
+{body, arg, n}; `body(arg, c)` runs chunk c of a job): the run of kernels between two
+control-flow regions, each kernel a job, a split kernel's job in several chunks. The
+calling thread and the workers claim chunks from one atomic counter; whoever finishes a
+job's last chunk publishes the next job. So no thread waits for one the OS has not
+scheduled unless that thread holds a claimed chunk: a busy machine slows graphc down by
+the CPU time it loses, not by every kernel's slowest thread (OpenMP's team, used before,
+waited at every kernel's end for each team thread, and on a busy machine that thread
+was often waiting for a CPU). A one-chunk job is left to the caller for PATIENCE_US,
+then a worker takes it (the caller may be the one waiting for a CPU). Which thread runs
+a chunk does not change what it computes: results are bitwise the same for any thread
+count and any schedule.
+
+Workers spin for a while when they find nothing to claim (kernels follow each other
+within microseconds), then sleep on a futex, woken for a job with several chunks; a
+caller waiting for chunks in flight sleeps too, so that its CPU goes idle and the OS can
+run a thread that waits for one. Workers are pinned to the CPUs the process may use
+other than the caller's (re-placed when the caller moves; GRAPHC_POOL_PIN=0 turns it
+off): left to itself the OS tends to put a worker woken by the caller on the caller's
+CPU, and on a busy machine the two then share one CPU. A caller that finds the pool busy
+(another Python thread running a program) runs its jobs itself. Workers are started by
+the first call (and again in a forked child, where they are gone): `usable_cpus() - 1`
+of them, or GRAPHC_POOL_THREADS - 1. GRAPHC_POOL=0 turns the pool off (kernels then
+start threads per call, as they do where the pool cannot be built: not Linux, or not
+x86-64 / AArch64).
+
+The one-word job counter: generation (32 bits) | job (16) | next chunk (16). A thread
+reads the word, then the job's record, and claims with a compare-and-swap of the word it
+read: that succeeds only while the job still has that chunk, so no thread runs a chunk
+of a job it did not read.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+import threading
+import time
+
+from .cpus import usable_cpus
+
+SYMBOLS = ("graphc_pool_run", "graphc_pool_thread")   # pointers native code calls through
+MAX_JOBS = 1 << 15            # jobs of one call and chunks of one job (16 bits each)
+MAX_WORKERS = 63
+MAX_CPUS = 1024               # CPU numbers the pool pins workers to (cpu_set_t's size)
+WORKER_SPINS = 1 << 14        # pause-and-look rounds before a worker sleeps (~15 ns each)
+CALLER_SPINS = 1 << 10        # rounds a caller spins for chunks in flight before it sleeps
+PATIENCE_US = 30              # a one-chunk job is the caller's for this long, then a
+# worker takes it (the caller may be waiting for a CPU)
+FUTEX = {"x86_64": 202, "aarch64": 98}
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE = 128, 129
+
+_lock = threading.Lock()
+_pool = None            # the built pool, or False where it cannot be built or is off
+
+
+class Pool:
+    """The native pool: its engine (kept alive) and its functions' addresses."""
+
+    def __init__(self, workers: int):
+        from .host import host_target_machine, llvm
+        b = llvm()
+        module = b.parse_assembly(str(_module(platform.machine())))
+        module.verify()
+        self.engine = b.create_mcjit_compiler(module, host_target_machine(2))
+        self.engine.finalize_object()
+        self.run_address = self.engine.get_function_address("graphc_pool_run")
+        self.thread_address = self.engine.get_function_address("graphc_pool_thread")
+        self._state = {name: self.engine.get_global_value_address(f"pool_{name}")
+                       for name in ("word", "done", "busy", "sleepers", "wake", "started",
+                                    "wanted", "waiting", "finish", "caller_cpu", "count")}
+        self.workers = workers
+        ctypes.c_int32.from_address(self._state["wanted"]).value = workers
+        self._pin(os.environ.get("GRAPHC_POOL_PIN", "1") != "0")
+        self._set64("patience", int(PATIENCE_US * self._ticks_per_us()))
+        for name in ("worker_spins", "caller_spins", "patience"):  # GRAPHC_POOL_<NAME>
+            value = os.environ.get(f"GRAPHC_POOL_{name.upper()}", "")
+            if value.isdigit():
+                self._set64(name, int(value))
+
+    def _set64(self, name: str, value: int) -> None:
+        address = self.engine.get_global_value_address(f"pool_{name}")
+        ctypes.c_int64.from_address(address).value = value
+
+    def _ticks_per_us(self) -> float:
+        """The cycle counter's rate, measured over a millisecond."""
+        ticks = ctypes.CFUNCTYPE(ctypes.c_int64)(
+            self.engine.get_function_address("graphc_pool_ticks"))
+        t0, k0 = time.perf_counter(), ticks()
+        while time.perf_counter() - t0 < 1e-3:
+            pass
+        return max(ticks() - k0, 1) / ((time.perf_counter() - t0) * 1e6)
+
+    def _pin(self, on: bool) -> None:
+        """Let the pool keep its workers off the caller's CPU (see pool_place): the
+        CPUs this process may run on, in order."""
+        allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        allowed = [c for c in allowed if c < MAX_CPUS]
+        address = self.engine.get_global_value_address("pool_cpus")
+        for k, cpu in enumerate(allowed):
+            ctypes.c_int32.from_address(address + 4 * k).value = cpu
+        ctypes.c_int32.from_address(self.engine.get_global_value_address("pool_ncpus")).value = \
+            len(allowed)
+        ctypes.c_int32.from_address(self.engine.get_global_value_address("pool_pin")).value = \
+            int(on and len(allowed) > 1)
+
+    def started(self) -> int:
+        """Workers running now (started by the first call)."""
+        return ctypes.c_int32.from_address(self._state["started"]).value
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: the workers are gone; the next call starts new ones."""
+        for name in ("busy", "sleepers", "wake", "started", "waiting", "finish"):
+            ctypes.c_int32.from_address(self._state[name]).value = 0
+        for name in ("word", "done", "count"):
+            ctypes.c_int64.from_address(self._state[name]).value = 0
+        ctypes.c_int32.from_address(self._state["caller_cpu"]).value = -1
+
+
+def enabled() -> bool:
+    return os.environ.get("GRAPHC_POOL", "1") != "0" and sys.platform.startswith("linux") \
+        and platform.machine() in FUTEX
+
+
+def pool():
+    """The process's pool (built on first use), or None where it is off or unavailable."""
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = Pool(_worker_count()) if enabled() else False
+        return _pool or None
+
+
+def _worker_count() -> int:
+    threads = os.environ.get("GRAPHC_POOL_THREADS")
+    total = int(threads) if threads and threads.isdigit() and int(threads) > 0 \
+        else usable_cpus()
+    return max(0, min(MAX_WORKERS, total - 1))
+
+
+def bind(engine, owner) -> bool:
+    """Point a loaded program's pool pointers at the pool; True when its split kernels
+    will run there. `owner` (the program) keeps the pool's engine alive."""
+    addresses = [engine.get_global_value_address(name) for name in SYMBOLS]
+    if not all(addresses):
+        return False                     # code compiled before the pool existed
+    p = pool()
+    if p is None:
+        return False
+    for address, value in zip(addresses, (p.run_address, p.thread_address)):
+        ctypes.c_void_p.from_address(address).value = value
+    owner._pool = p
+    return True
+
+
+def _after_fork_in_child() -> None:
+    if _pool:
+        _pool.reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _module(machine: str):
+    """The pool as an LLVM module (llvmlite.ir) for `machine` (x86_64 or aarch64)."""
+    from ._pool_ir import build
+    return build(FUTEX[machine], machine, MAX_JOBS, MAX_WORKERS, FUTEX_WAIT_PRIVATE,
+                 FUTEX_WAKE_PRIVATE, {"worker": WORKER_SPINS, "caller": CALLER_SPINS,
+                                      "patience": 0})

@@ -1,0 +1,144 @@
+"""The runtime's thread pool (graphc_runtime.pool): every chunk runs exactly once, with
+any number of workers, concurrent callers and after fork; programs bind to it."""
+import ctypes
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from graphc_runtime import pool as pools
+
+pytestmark = pytest.mark.skipif(pools.pool() is None,
+                                reason="the thread pool needs Linux on x86-64 or AArch64")
+BODY = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64)
+RUN = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_int64), ctypes.c_int64)
+
+
+def runner():
+    """(run(jobs), thread()): run a list of (body, arg, n) jobs on the pool."""
+    p = pools.pool()
+    native = RUN(p.run_address)
+
+    def run(jobs):
+        table = (ctypes.c_int64 * (3 * max(len(jobs), 1)))()
+        for j, (body, arg, n) in enumerate(jobs):
+            table[3 * j:3 * j + 3] = [ctypes.cast(body, ctypes.c_void_p).value, arg, n]
+        native(table, len(jobs))
+    return run, ctypes.CFUNCTYPE(ctypes.c_int64)(p.thread_address)
+
+
+def test_every_chunk_runs_exactly_once_on_the_pools_threads():
+    run, thread = runner()
+    counts = np.zeros(40, np.int64)
+    threads = set()
+
+    @BODY
+    def body(job, c):
+        counts[c] += 1
+        threads.add(thread())
+    for it in range(600):
+        n = it % 40
+        counts[:] = 0
+        run([(body, 0, n)])
+        assert (counts[:n] == 1).all() and (counts[n:] == 0).all(), (n, counts)
+    p = pools.pool()
+    assert p.started() == p.workers
+    assert threads <= set(range(p.workers + 1)) and 0 in threads
+    assert thread() == 0                          # a caller is thread 0
+
+
+def test_jobs_run_in_order_each_after_the_last_chunk_of_the_one_before():
+    run, _ = runner()
+    log = []
+    lock = threading.Lock()
+
+    @BODY
+    def body(arg, c):
+        with lock:
+            log.append((arg or 0, c))
+    for _ in range(100):
+        log.clear()
+        sizes = [3, 1, 1, 5, 0, 2, 1]
+        run([(body, j, n) for j, n in enumerate(sizes)])
+        assert sorted(log) == [(j, c) for j, n in enumerate(sizes) for c in range(n)]
+        assert [a for a, _ in log] == sorted(a for a, _ in log)     # job by job
+
+
+def test_more_jobs_than_a_job_word_holds_run_on_the_caller():
+    run, _ = runner()
+    n = pools.MAX_JOBS + 5
+    counts = np.zeros(n, np.int64)
+    body = BODY(lambda arg, c: counts.__setitem__(arg or 0, counts[arg or 0] + 1))
+    run([(body, j, 1) for j in range(n)])
+    assert (counts == 1).all()
+
+
+def test_concurrent_callers_each_get_all_their_chunks():
+    run, _ = runner()
+    lock = threading.Lock()
+    counts = {}
+
+    @BODY
+    def body(job, c):
+        with lock:
+            key = (job or 0, c)
+            counts[key] = counts.get(key, 0) + 1
+
+    def caller(k):
+        for _ in range(200):
+            run([(body, k, 5)])
+    ts = [threading.Thread(target=caller, args=(k,)) for k in (1, 2, 3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert counts == {(k, c): 200 for k in (1, 2, 3) for c in range(5)}
+
+
+OVERSUBSCRIBED = r"""
+import os, sys, numpy as np, graphc as gc
+from graphc_runtime import pool
+rng = np.random.default_rng(0)
+x = rng.standard_normal((600, 700)).astype(np.float32)
+w = rng.standard_normal((700, 300)).astype(np.float32)
+with gc.Graph():
+    px, pw = gc.placeholder(x.shape, name="x"), gc.placeholder(w.shape, name="w")
+    outs = [gc.softmax(px @ pw, axis=1), gc.tanh(px) * 2 + px.sum(axis=1, keepdims=True)]
+    one = gc.compile(outs, num_threads=1)
+    many = gc.compile(outs, num_threads=int(sys.argv[1]))
+expected = one(x, w)
+for _ in range(50):
+    got = many(x, w)
+    assert all(np.array_equal(a, b) for a, b in zip(expected, got))
+print("pool", many._native.on_pool, pool.pool() and pool.pool().started())
+pid = os.fork()                       # the workers are gone in a forked child
+if pid == 0:
+    again = many(x, w)
+    ok = all(np.array_equal(a, b) for a, b in zip(expected, again))
+    os._exit(0 if ok else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.parametrize("workers,chunks", [("8", 5), ("1", 3), ("off", 2)])
+def test_same_bits_with_any_pool_size_off_and_after_fork(tmp_path, workers, chunks):
+    """Eight workers on this machine's cores, the caller alone, or no pool (threads per
+    call): results equal to one thread's, also in a forked child."""
+    script = tmp_path / "check.py"
+    script.write_text(OVERSUBSCRIBED)
+    env = dict(os.environ, GRAPHC_POOL="0" if workers == "off" else "1")
+    if workers != "off":
+        env["GRAPHC_POOL_THREADS"] = workers
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, str(script), str(chunks)], capture_output=True,
+                         text=True, timeout=300, env=env, cwd=root)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "child 0" in out.stdout
+    if workers == "off":
+        assert "pool False" in out.stdout
+    else:
+        assert f"pool True {int(workers) - 1}" in out.stdout
