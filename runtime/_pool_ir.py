@@ -20,8 +20,13 @@ I8P, I64P = ir.PointerType(I8), ir.PointerType(I64)
 VOID = ir.VoidType()
 SEQ = "seq_cst"
 MAX_CPUS = 1024                  # CPUs a pinning mask covers (cpu_set_t's 128 bytes)
-LOW = 0xFFFF
-HIGH = -(1 << 32)                # the generation's bits of a job word
+# a job word: generation (24 bits) | job (16) | chunks taken from the front (12), by the
+# caller | chunks taken from the back (12), by the workers
+JOB_SHIFT, FRONT_SHIFT = 24, 12
+GENERATION = 1 << 40
+HIGH = -GENERATION               # the generation's bits
+MAX_CHUNKS = (1 << 12) - 1
+NO_JOB = 0xFFFF                  # the job of a word being published (more than any count)
 
 
 def c32(v):
@@ -100,6 +105,13 @@ class _Pool:
         b.call(self.syscall, [c64(self.futex), b.ptrtoint(word, I64), c64(self.wait_op),
                               b.zext(seen, I64), c64(0)])
 
+    @staticmethod
+    def fields(b, w):
+        """(job, chunks taken from the front, from the back) of a job word."""
+        return (b.and_(b.lshr(w, c64(JOB_SHIFT)), c64(0xFFFF)),
+                b.and_(b.lshr(w, c64(FRONT_SHIFT)), c64(MAX_CHUNKS)),
+                b.and_(w, c64(MAX_CHUNKS)))
+
     def job(self, b, k):
         """(body, arg, n) of job k of the sequence now published."""
         rec = b.gep(self.load(b, self.table), [b.mul(k, c64(3))])
@@ -114,13 +126,18 @@ class _Pool:
                "advance", "idle", "again")}
         b = ir.IRBuilder(bb["entry"])
         w = self.load(b, self.word)
-        k, c = b.and_(b.lshr(w, c64(16)), c64(LOW)), b.and_(w, c64(LOW))
+        k, front, back = self.fields(b, w)
         count = self.load(b, self.count)
         b.cbranch(b.icmp_unsigned("<", k, count), bb["has_job"], bb["idle"])
         b.position_at_end(bb["has_job"])
         body, arg, n = self.job(b, k)           # may be stale: the claim below checks
         nxt = b.add(k, c64(1))
-        next_word = b.or_(b.and_(w, c64(HIGH)), b.shl(nxt, c64(16)))
+        next_word = b.or_(b.and_(w, c64(HIGH)), b.shl(nxt, c64(JOB_SHIFT)))
+        # the caller takes chunks from the front, workers from the back: on a quiet
+        # machine each thread keeps the same part of consecutive kernels (in its cache)
+        worker = b.icmp_unsigned("!=", fn.args[0], c64(0))
+        c = b.select(worker, b.sub(b.sub(n, c64(1)), back), front)
+        taken = b.select(worker, b.add(w, c64(1)), b.add(w, c64(1 << FRONT_SHIFT)))
         b.cbranch(b.icmp_unsigned("==", n, c64(0)), bb["skip"], bb["chunks"])
         b.position_at_end(bb["skip"])           # a job of no chunks: on to the next
         skipped = b.extract_value(b.cmpxchg(self.word, w, next_word, SEQ, SEQ), 1)
@@ -129,15 +146,14 @@ class _Pool:
         self._published(b, nxt, count)
         b.branch(bb["again"])
         b.position_at_end(bb["chunks"])
-        b.cbranch(b.icmp_unsigned("<", c, n), bb["claimable"], bb["idle"])
+        b.cbranch(b.icmp_unsigned("<", b.add(front, back), n), bb["claimable"], bb["idle"])
         b.position_at_end(bb["claimable"])      # a worker leaves a one-chunk job to the
         waited = b.sub(b.call(self.clock, []), self.load(b, self.published))  # caller a while
-        patient = b.and_(b.and_(b.icmp_unsigned("!=", fn.args[0], c64(0)),
-                                b.icmp_unsigned("==", n, c64(1))),
+        patient = b.and_(b.and_(worker, b.icmp_unsigned("==", n, c64(1))),
                          b.icmp_signed("<", waited, b.load(self.patience)))
         b.cbranch(patient, bb["idle"], bb["claim"])
         b.position_at_end(bb["claim"])
-        claimed = b.extract_value(b.cmpxchg(self.word, w, b.add(w, c64(1)), SEQ, SEQ), 1)
+        claimed = b.extract_value(b.cmpxchg(self.word, w, taken, SEQ, SEQ), 1)
         b.cbranch(claimed, bb["run"], bb["again"])
         b.position_at_end(bb["run"])
         b.call(b.inttoptr(body, ir.PointerType(self.body_ty)), [b.inttoptr(arg, I8P), c])
@@ -192,10 +208,11 @@ class _Pool:
         seen = self.load(b, self.wake)
         b.atomic_rmw("add", self.sleepers, c32(1), SEQ)
         w = self.load(b, self.word)             # a chunk claimable meanwhile: no sleep
-        k, c = b.and_(b.lshr(w, c64(16)), c64(LOW)), b.and_(w, c64(LOW))
+        k, front, back = self.fields(b, w)
         active = b.icmp_unsigned("<", k, self.load(b, self.count))
         with b.if_then(active):
-            b.cbranch(b.icmp_unsigned("<", c, self.job(b, k)[2]), bb["woken"], bb["wait"])
+            b.cbranch(b.icmp_unsigned("<", b.add(front, back), self.job(b, k)[2]),
+                      bb["woken"], bb["wait"])
         b.branch(bb["wait"])
         b.position_at_end(bb["wait"])
         self.sleep_on(b, self.wake, seen)
@@ -267,8 +284,15 @@ class _Pool:
               ("entry", "lock", "alone", "out", "start", "start_one", "publish", "loop",
                "work", "idle", "spin", "sleep", "finish")}
         b = ir.IRBuilder(bb["entry"])
-        i = b.alloca(I64)
-        b.cbranch(b.icmp_unsigned(">", count, c64(max_jobs)), bb["alone"], bb["lock"])
+        i, big = b.alloca(I64), b.alloca(I1)
+        b.store(b.icmp_unsigned(">", count, c64(max_jobs)), big)
+
+        def check(j):                           # a job of more chunks than a word counts
+            n = b.load(b.gep(jobs, [b.add(b.mul(j, c64(3)), c64(2))]))
+            with b.if_then(b.icmp_unsigned(">", n, c64(MAX_CHUNKS))):
+                b.store(ir.Constant(I1, 1), big)
+        counted_loop64(b, b.select(b.load(big), c64(0), count), check)
+        b.cbranch(b.load(big), bb["alone"], bb["lock"])
         b.position_at_end(bb["lock"])           # the pool, unless another caller has it
         got = b.extract_value(b.cmpxchg(self.busy, c32(0), c32(1), SEQ, SEQ), 1)
         b.cbranch(got, bb["start"], bb["alone"])
@@ -302,11 +326,16 @@ class _Pool:
 
         b.position_at_end(bb["publish"])
         b.call(place, [])
+        # first a word of the new generation with no job: a thread that read the last
+        # sequence's final word and then reads the new count and records below cannot
+        # claim with it (its compare-and-swap fails), and no thread claims until the
+        # records are in place
+        generation = b.and_(b.add(self.load(b, self.word), c64(GENERATION)), c64(HIGH))
+        self.store(b, b.or_(generation, c64(NO_JOB << JOB_SHIFT)), self.word)
         self.store(b, jobs, self.table)
         self.store(b, count, self.count)
         self.store(b, c64(0), self.done)
         self.store(b, b.call(self.clock, []), self.published)
-        generation = b.and_(b.add(self.load(b, self.word), c64(1 << 32)), c64(HIGH))
         self.store(b, generation, self.word)
         with b.if_then(b.icmp_signed(">", self.load(b, self.sleepers), c32(0))):
             self.wake_all(b, self.wake)
@@ -315,7 +344,7 @@ class _Pool:
 
         b.position_at_end(bb["loop"])           # the caller works too, until the last job
         w = self.load(b, self.word)             # is done (no other generation can start)
-        k = b.and_(b.lshr(w, c64(16)), c64(LOW))
+        k = self.fields(b, w)[0]
         b.cbranch(b.icmp_unsigned(">=", k, count), bb["finish"], bb["work"])
         b.position_at_end(bb["work"])
         ran = b.call(step, [c64(0)])

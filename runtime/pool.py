@@ -26,10 +26,12 @@ of them, or GRAPHC_POOL_THREADS - 1. GRAPHC_POOL=0 turns the pool off (kernels t
 start threads per call, as they do where the pool cannot be built: not Linux, or not
 x86-64 / AArch64).
 
-The one-word job counter: generation (32 bits) | job (16) | next chunk (16). A thread
-reads the word, then the job's record, and claims with a compare-and-swap of the word it
-read: that succeeds only while the job still has that chunk, so no thread runs a chunk
-of a job it did not read.
+The one-word job counter: generation (24 bits) | job (16) | chunks taken from the front
+(12) | from the back (12). The caller takes chunks from the front, workers from the
+back, so on a quiet machine each thread keeps the same part of consecutive kernels in
+its cache, as a static split would. A thread reads the word, then the job's record, and
+claims with a compare-and-swap of the word it read: that succeeds only while the job
+still has that chunk, so no thread runs a chunk of a job it did not read.
 """
 from __future__ import annotations
 
@@ -43,7 +45,8 @@ import time
 from .cpus import usable_cpus
 
 SYMBOLS = ("graphc_pool_run", "graphc_pool_thread")   # pointers native code calls through
-MAX_JOBS = 1 << 15            # jobs of one call and chunks of one job (16 bits each)
+MAX_JOBS = 1 << 15            # jobs of one call (a job word counts 16 bits of jobs and
+MAX_CHUNKS = (1 << 12) - 1    # 12 bits of chunks each way; more: the caller runs them alone)
 MAX_WORKERS = 63
 MAX_CPUS = 1024               # CPU numbers the pool pins workers to (cpu_set_t's size)
 WORKER_SPINS = 1 << 14        # pause-and-look rounds before a worker sleeps (~15 ns each)

@@ -298,3 +298,52 @@ def test_deep_elementwise_chains_are_cut_at_the_depth_limit():
     np.testing.assert_allclose(exe(v), want, rtol=1e-5, atol=1e-6)
     assert exe.stats["kernels"] >= 2100 // MAX_GROUP_DEPTH
     assert "reaches the depth limit" in exe.dump("fused")
+
+
+def test_a_product_reads_heads_merged_back_from_a_copy_not_element_by_element():
+    """Attention's heads transposed back and flattened ((1, 12, 128, 64) -> (1, 128,
+    768)) merge dimensions that are not adjacent in memory: no strides give that view, so
+    fusion writes it out and the product runs on the GEMM kernels (3.3 -> 1.1 ms here)."""
+    rng = np.random.default_rng(0)
+    c = rng.standard_normal((1, 12, 128, 64)).astype(np.float32)
+    w = rng.standard_normal((768, 96)).astype(np.float32)
+    with gc.Graph():
+        x, W = gc.placeholder(c.shape, name="c"), gc.placeholder(w.shape, name="w")
+        merged = gc.reshape(gc.transpose(x, (0, 2, 1, 3)), (1, 128, 768)) @ W
+        # each head transposed is strided (a transposed matrix): read in place
+        per_head = gc.reshape(gc.transpose(x, (0, 1, 3, 2)), (12, 64, 128)) @ gc.ones((128, 4))
+        exe = gc.compile([merged, per_head])
+    fused = exe.dump("fused")
+    assert "a product's operand that no strides give" in fused
+    kinds = [k["kind"] for k in exe.manifest()["kernels"]]
+    assert kinds.count("dot") == 2 and "loop" in kinds
+    got = exe(c, w)
+    np.testing.assert_allclose(got[0], c.transpose(0, 2, 1, 3).reshape(1, 128, 768) @ w,
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[1], c.reshape(12, 128, 64).transpose(0, 2, 1) @
+                               np.ones((128, 4), np.float32), rtol=1e-4, atol=1e-4)
+
+
+def test_view_strides_follow_numpys_rule_for_reshapes_without_a_copy():
+    from graphc.schedule.strides import reshape_strides
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        shape = tuple(int(v) for v in rng.integers(1, 5, rng.integers(1, 5)))
+        view = np.zeros(shape, np.int8).transpose(rng.permutation(len(shape)))
+        if view.shape[-1] > 1 and rng.random() < 0.3:
+            view = view[..., ::2]
+        sizes, rest = [], view.size
+        for p in (2, 3, 2, 3, 2):
+            while rest % p == 0 and rng.random() < 0.5:
+                sizes.append(p)
+                rest //= p
+        new = tuple(rng.permutation(sizes + [rest]).tolist())
+        got = reshape_strides(list(view.shape), list(view.strides), list(new))
+        probe = view.view()
+        try:
+            probe.shape = new
+        except AttributeError:
+            assert got is None, (view.shape, view.strides, new)
+            continue
+        assert got is not None and [g for g, n in zip(got, new) if n != 1] == \
+            [s for s, n in zip(probe.strides, new) if n != 1], (view.shape, new)

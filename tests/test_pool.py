@@ -76,6 +76,15 @@ def test_more_jobs_than_a_job_word_holds_run_on_the_caller():
     assert (counts == 1).all()
 
 
+def test_a_job_of_more_chunks_than_a_job_word_counts_runs_on_the_caller():
+    run, _ = runner()
+    n = pools.MAX_CHUNKS + 3
+    counts = np.zeros(n, np.int64)
+    body = BODY(lambda arg, c: counts.__setitem__(c, counts[c] + 1))
+    run([(body, 0, 2), (body, 0, n)])
+    assert counts[0] == 2 and counts[1] == 2 and (counts[2:] == 1).all()
+
+
 def test_concurrent_callers_each_get_all_their_chunks():
     run, _ = runner()
     lock = threading.Lock()
@@ -142,3 +151,37 @@ def test_same_bits_with_any_pool_size_off_and_after_fork(tmp_path, workers, chun
         assert "pool False" in out.stdout
     else:
         assert f"pool True {int(workers) - 1}" in out.stdout
+
+
+def test_many_short_sequences_back_to_back_in_a_loop_body():
+    """A scan whose body has split kernels between serial ones: each step is a short
+    sequence of pool jobs right after the last (a worker that read one sequence's final
+    word while the next was being published once ran a chunk of it twice, and the step
+    never ended). Results equal one thread's, bit for bit."""
+    rng = np.random.default_rng(0)
+    xs_v = rng.standard_normal((2000, 64, 1024)).astype(np.float32) * 0.1
+    import graphc as gc
+    with gc.Graph():
+        xs = gc.placeholder(xs_v.shape, name="xs")
+
+        def step(carry, x):                           # runs of different lengths,
+            h, s = carry                              # split by a conditional
+            h = gc.tanh(h + x) * 0.5                  # split: 64K elements
+            s = s * 0.9 + h[:2, :4].sum()             # serial: a few elements
+            h = gc.cond(s > 0, lambda a: a * 0.5, lambda a: a + 0.25, h)
+            h = gc.exp(h * -0.5) + h[:, :1] * 0.125
+            s = s + h[:1, :3].sum() * 0.5 + h[3, 4]
+            return (h, s), s
+        (h, s), ys = gc.scan(step, (gc.zeros((64, 1024)), gc.zeros(())), xs)
+        one = gc.compile([h, s, ys], num_threads=1)
+        two = gc.compile([h, s, ys], num_threads=2)
+    expected = one(xs_v)
+    results = []
+    runner_thread = threading.Thread(target=lambda: results.extend(
+        two(xs_v) for _ in range(3)), daemon=True)      # a hang fails, not stalls
+    runner_thread.start()
+    runner_thread.join(timeout=120)
+    assert len(results) == 3, "the pool did not finish the program within 120 s"
+    for got in results:
+        for a, b in zip(expected, got):
+            np.testing.assert_array_equal(a, b)

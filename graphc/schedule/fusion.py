@@ -26,6 +26,7 @@ from ..ir.graph import Node
 from ..ir.primitive import lookup
 from ..passes.program import Program
 from .policy import SchedulePolicy
+from .strides import view_strides
 
 if TYPE_CHECKING:       # networkx is imported where used (0.09 s of `import graphc`)
     import networkx as nx
@@ -173,6 +174,13 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
             materialized.add(n.id)
             decisions.append(f"materialize %{n.id} ({n.op}): operand of a "
                              f"dot/conv/scatter/collective")
+            continue
+        if any(u.op == "dot_general" for u in us) and view_strides(
+                n, lambda x: x.id in materialized or cls[x.id] != "fusible"
+                or not pure_view[x.id]) is None:
+            materialized.add(n.id)
+            decisions.append(f"materialize %{n.id} ({n.op}): a product's operand that no "
+                             f"strides give (written out for the GEMM kernels)")
             continue
         broadcasts = any(u.op == "broadcast_in_dim" and hint(u.size) > hint(n.size) for u in us)
         if len(us) > 1 or broadcasts:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from graphc_runtime.dims import Dim, hint
+from graphc_runtime.pool import MAX_CHUNKS as POOL_MAX_CHUNKS
 
 from ...ir.primitive import is_transcendental
 from ...kernels import index as ix
@@ -107,7 +108,8 @@ def split_chunks(kern, split, threads: int, granule: int) -> int:
     most = max(1, extent // max(granule, 1))
     if isinstance(kern, K.DotKernel):
         most = min(most, extent // DOT_CHUNK_MIN_EXTENT)
-    return max(threads, min(threads * CHUNKS_PER_THREAD, most, work // EXTRA_CHUNK_MIN_WORK))
+    return min(POOL_MAX_CHUNKS, max(threads, min(threads * CHUNKS_PER_THREAD, most,
+                                                 work // EXTRA_CHUNK_MIN_WORK)))
 
 
 def split_granule(kern, split) -> int:
