@@ -128,6 +128,12 @@ def profile_program(normal, profile_object: bytes, manifest: dict, repeat: int, 
             normal.variables[n] = v
 
 
+def _track(thread: int, chunk: int) -> int:
+    """A chunk's trace track: 1 + its pool thread's number, or 1 + the chunk's number
+    where it ran on a thread started for the call (thread -1)."""
+    return 1 + (thread if thread >= 0 else chunk)
+
+
 def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwargs: dict,
                 limits: dict | None = None) -> Profile:
     """Call the `profiled` build (a CpuProgram with timestamps) `repeat` times and the
@@ -169,11 +175,16 @@ def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwarg
             start, end, kernel_cpu = int(kern[k, 0]), int(kern[k, 1]), int(kern[k, 2])
             args_ = {"kind": meta["kind"], "ops": ", ".join(compact_ops(meta["ops"])),
                      "bytes": meta["read"] + meta["written"], "call": call}
-            ran = [(c, int(c0), int(c1), int(thread), int(cpu))
-                   for c, (c0, c1, thread, cpu) in enumerate(chunks[k]) if c0 and c1 >= c0]
-            # running: the CPU time of its longest-running thread (what the kernel takes
-            # on CPUs of its own); the rest of its wall time it waited for a CPU
-            ran_ns = max((cpu for *_, cpu in ran), default=kernel_cpu)
+            ran = sorted(((c, int(c0), int(c1), int(thread), int(cpu))
+                          for c, (c0, c1, thread, cpu) in enumerate(chunks[k])
+                          if c0 and c1 >= c0), key=lambda r: r[1])
+            # running: the CPU time of its longest-running thread, all its chunks (what
+            # the kernel takes on CPUs of its own); the rest of its wall time it waited
+            per_thread: dict = {}
+            for c, _, _, thread, cpu in ran:
+                tid = _track(thread, c)
+                per_thread[tid] = per_thread.get(tid, 0) + max(cpu, 0)
+            ran_ns = max(per_thread.values(), default=kernel_cpu)
             if start == 0 or end < start:
                 # a follower run in the previous kernel's chunks (chained): its longest
                 # chunk is its time, taken out of the previous kernel's
@@ -195,13 +206,16 @@ def run_profile(normal, profiled, kernels: list, repeat: int, args: tuple, kwarg
                                "dur": (end - start) / 1e3,
                                "args": dict(args_, running_ms=ran_ns / 1e6,
                                             waiting_ms=(end - start - ran_ns) / 1e6)})
+            free = {}                 # when each thread was done with its last chunk
             for c, c0, c1, thread, cpu in ran:
-                tid = 1 + (thread if thread >= 0 else c)
+                tid = _track(thread, c)
                 threads.add(tid)
-                if start and c0 > start:          # the thread got to its chunk late
+                since = free.get(tid, start)
+                free[tid] = c1
+                if since and c0 > since:          # the thread got to its chunk late
                     events.append({"name": f"waiting for a CPU: {meta['name']}",
                                    "cat": "waiting", "ph": "X", "pid": 1, "tid": tid,
-                                   "ts": (start - origin) / 1e3, "dur": (c0 - start) / 1e3,
+                                   "ts": (since - origin) / 1e3, "dur": (c0 - since) / 1e3,
                                    "args": dict(args_, chunk=c)})
                 cpu = min(max(cpu, 0), c1 - c0)
                 events.append({"name": f"{meta['name']} [chunk {c}]", "cat": meta["kind"],

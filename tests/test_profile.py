@@ -70,6 +70,13 @@ def test_split_kernels_get_a_track_per_pool_thread(rng):
     numbers = {e["args"]["chunk"] for e in chunks}      # a large kernel: several a thread
     assert len(numbers) >= 2 and numbers == set(range(len(numbers)))
     assert len({e["tid"] for e in chunks}) >= 1
+    # a thread waits for a chunk from the end of its previous one, not from the kernel's
+    # start: no wait overlaps a chunk the same thread ran
+    work = [e for e in chunks if e["cat"] != "waiting"]
+    for w in (e for e in chunks if e["cat"] == "waiting"):
+        assert not [e for e in work if e["tid"] == w["tid"] and
+                    e["args"]["call"] == w["args"]["call"] and
+                    e["ts"] < w["ts"] + w["dur"] - 1e-3 and w["ts"] < e["ts"] + e["dur"] - 1e-3]
     tracks = [e["args"]["name"] for e in report.events if e["ph"] == "M"]
     assert any(t.startswith("pool thread") for t in tracks)
 
