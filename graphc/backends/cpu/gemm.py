@@ -32,6 +32,7 @@ import llvmlite.ir as ir
 
 from graphc_runtime.errors import CompileError
 
+from ..llvm.emitter import loop
 from ..llvm.types import COMPUTE, I64, VOID, _mangle
 
 PREFIX = "graphc_own_gemm_"
@@ -107,22 +108,9 @@ class GemmBuilder:
 
 def _for(b: ir.IRBuilder, start, stop, step: int, body, name: str):
     """for (i = start; i + step <= stop; i += step) body(i); returns the i it stopped at."""
-    pre = b.block
-    head = b.append_basic_block(f"{name}.head")
-    loop = b.append_basic_block(f"{name}.body")
-    done = b.append_basic_block(f"{name}.done")
-    b.branch(head)
-    b.position_at_end(head)
-    i = b.phi(I64, name)
-    i.add_incoming(start, pre)
-    nxt = b.add(i, ir.Constant(I64, step))
-    b.cbranch(b.icmp_signed("<=", nxt, stop), loop, done)
-    b.position_at_end(loop)
-    body(i)
-    i.add_incoming(nxt, b.block)
-    b.branch(head)
-    b.position_at_end(done)
-    return i
+    size = ir.Constant(I64, step)
+    return loop(b, name, start, size, lambda i: b.icmp_signed("<=", b.add(i, size), stop),
+                body)[0]
 
 
 def _chunks(b: ir.IRBuilder, n, size, body, name: str) -> None:

@@ -158,27 +158,10 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
         """Branch on a concatenate's part once, outside the remaining loops, and emit
         those loops once per part with the part fixed: the inner loops then hold no
         branches and vectorize."""
-        b = self.b
-        i = self.index(choice.index)
-        merge = b.append_basic_block("part.merge")
-        for k in range(len(choice.parts)):
-            last = k == len(choice.parts) - 1
-            take = b.append_basic_block(f"part.{k}")
-            if not last:
-                other = b.append_basic_block(f"part.not{k}")
-                b.cbranch(b.icmp_signed("<", i, self.dim(choice.starts[k + 1])), take, other)
-            else:
-                b.branch(take)
-            b.position_at_end(take)
-            saved = dict(self.cache)
+        for k in self.each_part(choice, "part"):
             self.resolved[id(choice)] = k
             self._nest(vars_, body)
             del self.resolved[id(choice)]
-            self.cache = saved
-            b.branch(merge)
-            if not last:
-                b.position_at_end(other)
-        b.position_at_end(merge)
 
     # -- kernels -------------------------------------------------------------------------
     def outer_loops(self, vars_, body) -> None:

@@ -95,32 +95,40 @@ class ValueEmitter:
             return self.choose(e)
         raise CompileError(f"unknown expression {e!r}")
 
+    def each_part(self, choice: K.Choose, prefix: str):
+        """For each part k of a concatenate (`choice`): yields k with the builder in the
+        block taken when choice.index falls in part k (a cascade of `index < start`
+        branches); what is computed there stays there (the cache is restored after), and
+        each block then branches to the merge block, where the builder ends."""
+        b = self.b
+        i = self.index(choice.index)
+        merge = b.append_basic_block(f"{prefix}.merge")
+        for k in range(len(choice.parts)):
+            last = k == len(choice.parts) - 1
+            take = b.append_basic_block(f"{prefix}.{k}")
+            if not last:
+                other = b.append_basic_block(f"{prefix}.not{k}")
+                b.cbranch(b.icmp_signed("<", i, self.dim(choice.starts[k + 1])), take, other)
+            else:
+                b.branch(take)
+            b.position_at_end(take)
+            saved = dict(self.cache)
+            yield k
+            self.cache = saved
+            b.branch(merge)
+            if not last:
+                b.position_at_end(other)
+        b.position_at_end(merge)
+
     def choose(self, e: K.Choose):
         """Branch to the one part the index falls in; values computed inside a branch
         stay there (the cache is restored), the phi is visible after the merge."""
         if id(e) in self.resolved:
             return self.value(e.parts[self.resolved[id(e)]])
         b = self.b
-        i = self.index(e.index)
-        merge = b.append_basic_block("choose.merge")
         incoming = []
-        for k, part in enumerate(e.parts):
-            last = k == len(e.parts) - 1
-            take = b.append_basic_block(f"choose.{k}")
-            if not last:
-                other = b.append_basic_block(f"choose.not{k}")
-                b.cbranch(b.icmp_signed("<", i, self.dim(e.starts[k + 1])), take, other)
-            else:
-                b.branch(take)
-            b.position_at_end(take)
-            saved = dict(self.cache)
-            v = self.value(part)
-            self.cache = saved
-            incoming.append((v, b.block))
-            b.branch(merge)
-            if not last:
-                b.position_at_end(other)
-        b.position_at_end(merge)
+        for k in self.each_part(e, "choose"):
+            incoming.append((self.value(e.parts[k]), b.block))
         phi = b.phi(incoming[0][0].type)
         for v, blk in incoming:
             phi.add_incoming(v, blk)
