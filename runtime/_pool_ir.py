@@ -19,13 +19,12 @@ I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 I8P, I64P = ir.PointerType(I8), ir.PointerType(I64)
 VOID = ir.VoidType()
 SEQ = "seq_cst"
-MAX_CPUS = 1024                  # CPUs a pinning mask covers (cpu_set_t's 128 bytes)
 # a job word: generation (24 bits) | job (16) | chunks taken from the front (12), by the
 # caller | chunks taken from the back (12), by the workers
 JOB_SHIFT, FRONT_SHIFT = 24, 12
+FIELD = (1 << FRONT_SHIFT) - 1   # a chunk count's bits
 GENERATION = 1 << 40
 HIGH = -GENERATION               # the generation's bits
-MAX_CHUNKS = (1 << 12) - 1
 NO_JOB = 0xFFFF                  # the job of a word being published (more than any count)
 
 
@@ -40,11 +39,13 @@ def c64(v):
 class _Pool:
     """Builds the module; one method per function."""
 
-    def __init__(self, futex: int, machine: str, max_workers: int, wait_op: int,
+    def __init__(self, futex: int, machine: str, limits: dict, wait_op: int,
                  wake_op: int, spins: dict):
         self.m = m = ir.Module("graphc_pool")
         self.futex, self.wait_op, self.wake_op = futex, wait_op, wake_op
-        self.max_workers = max_workers
+        assert limits["chunks"] <= FIELD and limits["jobs"] < NO_JOB, limits
+        self.limits = limits
+        self.max_cpus = limits["cpus"]
         g = self._var
         self.word, self.done, self.published = g("pool_word"), g("pool_done"), g("pool_published")
         self.table, self.count = g("pool_table", I64P, None), g("pool_count")
@@ -57,8 +58,8 @@ class _Pool:
         self.worker_spins = g("pool_worker_spins", I64, spins["worker"])
         self.caller_spins = g("pool_caller_spins", I64, spins["caller"])
         self.patience = g("pool_patience", I64, spins["patience"])
-        self.tids = self._array("pool_tids", I64, max_workers)
-        self.cpus = self._array("pool_cpus", I32, MAX_CPUS)
+        self.tids = self._array("pool_tids", I64, limits["workers"])
+        self.cpus = self._array("pool_cpus", I32, self.max_cpus)
         fn = lambda ret, args, name, var_arg=False: ir.Function(
             m, ir.FunctionType(ret, args, var_arg=var_arg), name)
         self.syscall = fn(I64, [I64], "syscall", True)
@@ -109,8 +110,8 @@ class _Pool:
     def fields(b, w):
         """(job, chunks taken from the front, from the back) of a job word."""
         return (b.and_(b.lshr(w, c64(JOB_SHIFT)), c64(0xFFFF)),
-                b.and_(b.lshr(w, c64(FRONT_SHIFT)), c64(MAX_CHUNKS)),
-                b.and_(w, c64(MAX_CHUNKS)))
+                b.and_(b.lshr(w, c64(FRONT_SHIFT)), c64(FIELD)),
+                b.and_(w, c64(FIELD)))
 
     def job(self, b, k):
         """(body, arg, n) of job k of the sequence now published."""
@@ -244,7 +245,7 @@ class _Pool:
         fn = ir.Function(self.m, ir.FunctionType(VOID, []), "pool_place")
         fn.linkage = "internal"
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        mask = b.alloca(I64, size=c32(MAX_CPUS // 64))
+        mask = b.alloca(I64, size=c32(self.max_cpus // 64))
         pos = b.alloca(I32)
         here = b.call(self.getcpu, [])
         moved = b.and_(b.icmp_signed("!=", b.load(self.pin), c32(0)),
@@ -265,19 +266,19 @@ class _Pool:
                 after = b.and_(b.icmp_signed(">=", p, c32(0)), b.icmp_signed(">=", k, p))
                 cpu = b.load(b.gep(self.cpus, [c32(0), b.srem(b.add(k, b.zext(after, I32)),
                                                                count)]))
-                counted_loop(b, c32(MAX_CPUS // 64), lambda w: b.store(c64(0),
+                counted_loop(b, c32(self.max_cpus // 64), lambda w: b.store(c64(0),
                                                                       b.gep(mask, [w])))
                 at = b.gep(mask, [b.lshr(cpu, c32(6))])
                 b.store(b.or_(b.load(at), b.shl(c64(1), b.zext(b.and_(cpu, c32(63)), I64))),
                         at)
                 b.call(self.set_affinity, [b.load(b.gep(self.tids, [c32(0), k])),
-                                           c64(MAX_CPUS // 8), b.bitcast(mask, I8P)])
+                                           c64(self.max_cpus // 8), b.bitcast(mask, I8P)])
             counted_loop(b, self.load(b, self.started), pin_worker)
         b.ret_void()
         return fn
 
     # ---- void graphc_pool_run(i64* jobs, i64 count) ----
-    def run(self, step, worker, place, max_jobs: int):
+    def run(self, step, worker, place):
         fn = ir.Function(self.m, ir.FunctionType(VOID, [I64P, I64]), "graphc_pool_run")
         jobs, count = fn.args
         bb = {n: fn.append_basic_block(n) for n in
@@ -285,11 +286,11 @@ class _Pool:
                "work", "idle", "spin", "sleep", "finish")}
         b = ir.IRBuilder(bb["entry"])
         i, big = b.alloca(I64), b.alloca(I1)
-        b.store(b.icmp_unsigned(">", count, c64(max_jobs)), big)
+        b.store(b.icmp_unsigned(">", count, c64(self.limits["jobs"])), big)
 
         def check(j):                           # a job of more chunks than a word counts
             n = b.load(b.gep(jobs, [b.add(b.mul(j, c64(3)), c64(2))]))
-            with b.if_then(b.icmp_unsigned(">", n, c64(MAX_CHUNKS))):
+            with b.if_then(b.icmp_unsigned(">", n, c64(self.limits["chunks"]))):
                 b.store(ir.Constant(I1, 1), big)
         counted_loop64(b, b.select(b.load(big), c64(0), count), check)
         b.cbranch(b.load(big), bb["alone"], bb["lock"])
@@ -299,7 +300,7 @@ class _Pool:
 
         b.position_at_end(bb["alone"])          # every chunk here, in order
         def run_job(j):
-            rec = b.gep(jobs, [b.mul(b.sext(j, I64), c64(3))])
+            rec = b.gep(jobs, [b.mul(j, c64(3))])
             body, arg, n = (b.load(b.gep(rec, [c64(f)])) for f in range(3))
             counted_loop64(b, n, lambda c: b.call(b.inttoptr(body, ir.PointerType(self.body_ty)),
                                                   [b.inttoptr(arg, I8P), c]))
@@ -379,11 +380,12 @@ class _Pool:
         b.ret(b.call(self.clock, []))
 
 
-def build(futex: int, machine: str, max_jobs: int, max_workers: int, wait_op: int,
-          wake_op: int, spins: dict) -> ir.Module:
-    p = _Pool(futex, machine, max_workers, wait_op, wake_op, spins)
+def build(futex: int, machine: str, limits: dict, wait_op: int, wake_op: int,
+          spins: dict) -> ir.Module:
+    """limits: the most jobs of a call, chunks of a job, workers, and CPU numbers."""
+    p = _Pool(futex, machine, limits, wait_op, wake_op, spins)
     step = p.step()
-    p.run(step, p.worker(step), p.place(), max_jobs)
+    p.run(step, p.worker(step), p.place())
     p.thread()
     p.ticks()
     return p.m

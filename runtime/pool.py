@@ -46,7 +46,8 @@ from .cpus import usable_cpus
 
 SYMBOLS = ("graphc_pool_run", "graphc_pool_thread")   # pointers native code calls through
 MAX_JOBS = 1 << 15            # jobs of one call (a job word counts 16 bits of jobs and
-MAX_CHUNKS = (1 << 12) - 1    # 12 bits of chunks each way; more: the caller runs them alone)
+MAX_CHUNKS = (1 << 12) - 1    # 12 bits of chunks each way; more: the caller runs them alone;
+# the word's layout is in _pool_ir.py)
 MAX_WORKERS = 63
 MAX_CPUS = 1024               # CPU numbers the pool pins workers to (cpu_set_t's size)
 WORKER_SPINS = 1 << 14        # pause-and-look rounds before a worker sleeps (~15 ns each)
@@ -72,21 +73,19 @@ class Pool:
         self.engine.finalize_object()
         self.run_address = self.engine.get_function_address("graphc_pool_run")
         self.thread_address = self.engine.get_function_address("graphc_pool_thread")
-        self._state = {name: self.engine.get_global_value_address(f"pool_{name}")
-                       for name in ("word", "done", "busy", "sleepers", "wake", "started",
-                                    "wanted", "waiting", "finish", "caller_cpu", "count")}
         self.workers = workers
-        ctypes.c_int32.from_address(self._state["wanted"]).value = workers
+        self._global("wanted").value = workers
         self._pin(os.environ.get("GRAPHC_POOL_PIN", "1") != "0")
-        self._set64("patience", int(PATIENCE_US * self._ticks_per_us()))
+        self._global("patience", ctypes.c_int64).value = int(PATIENCE_US * self._ticks_per_us())
         for name in ("worker_spins", "caller_spins", "patience"):  # GRAPHC_POOL_<NAME>
             value = os.environ.get(f"GRAPHC_POOL_{name.upper()}", "")
             if value.isdigit():
-                self._set64(name, int(value))
+                self._global(name, ctypes.c_int64).value = int(value)
 
-    def _set64(self, name: str, value: int) -> None:
+    def _global(self, name: str, ctype=ctypes.c_int32, index: int = 0):
+        """The native global pool_<name> (element `index` of an array) as a ctypes value."""
         address = self.engine.get_global_value_address(f"pool_{name}")
-        ctypes.c_int64.from_address(address).value = value
+        return ctype.from_address(address + index * ctypes.sizeof(ctype))
 
     def _ticks_per_us(self) -> float:
         """The cycle counter's rate, measured over a millisecond."""
@@ -102,25 +101,22 @@ class Pool:
         CPUs this process may run on, in order."""
         allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         allowed = [c for c in allowed if c < MAX_CPUS]
-        address = self.engine.get_global_value_address("pool_cpus")
         for k, cpu in enumerate(allowed):
-            ctypes.c_int32.from_address(address + 4 * k).value = cpu
-        ctypes.c_int32.from_address(self.engine.get_global_value_address("pool_ncpus")).value = \
-            len(allowed)
-        ctypes.c_int32.from_address(self.engine.get_global_value_address("pool_pin")).value = \
-            int(on and len(allowed) > 1)
+            self._global("cpus", index=k).value = cpu
+        self._global("ncpus").value = len(allowed)
+        self._global("pin").value = int(on and len(allowed) > 1)
 
     def started(self) -> int:
         """Workers running now (started by the first call)."""
-        return ctypes.c_int32.from_address(self._state["started"]).value
+        return self._global("started").value
 
     def reset_after_fork(self) -> None:
         """In a forked child: the workers are gone; the next call starts new ones."""
         for name in ("busy", "sleepers", "wake", "started", "waiting", "finish"):
-            ctypes.c_int32.from_address(self._state[name]).value = 0
+            self._global(name).value = 0
         for name in ("word", "done", "count"):
-            ctypes.c_int64.from_address(self._state[name]).value = 0
-        ctypes.c_int32.from_address(self._state["caller_cpu"]).value = -1
+            self._global(name, ctypes.c_int64).value = 0
+        self._global("caller_cpu").value = -1
 
 
 def enabled() -> bool:
@@ -171,6 +167,7 @@ if hasattr(os, "register_at_fork"):
 def _module(machine: str):
     """The pool as an LLVM module (llvmlite.ir) for `machine` (x86_64 or aarch64)."""
     from ._pool_ir import build
-    return build(FUTEX[machine], machine, MAX_JOBS, MAX_WORKERS, FUTEX_WAIT_PRIVATE,
-                 FUTEX_WAKE_PRIVATE, {"worker": WORKER_SPINS, "caller": CALLER_SPINS,
-                                      "patience": 0})
+    return build(FUTEX[machine], machine, {"jobs": MAX_JOBS, "chunks": MAX_CHUNKS,
+                                           "workers": MAX_WORKERS, "cpus": MAX_CPUS},
+                 FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE,
+                 {"worker": WORKER_SPINS, "caller": CALLER_SPINS, "patience": 0})

@@ -97,12 +97,12 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
                                      kernel.name), bufs + f_bufs
         trampoline = self._trampoline(fn, bufs, index, kernel.name) \
             if split is not None else None
-        least = None              # a symbolic split checks its work at the call
+        least, granule, chunks = None, 1, 1
         if split is not None:
             work, threshold = split_work(kernel, self.threads)
-            least = (work, threshold) if isinstance(work, Dim) else None
-        granule = split_granule(kernel, split) if split is not None else 1
-        chunks = split_chunks(kernel, split, self.threads, granule) if split is not None else 1
+            least = (work, threshold) if isinstance(work, Dim) else None   # checked at the call
+            granule = split_granule(kernel, split)
+            chunks = split_chunks(kernel, split, self.threads, granule, work)
         entry = (fn, bufs, (split, own_threads, least, granule, chunks), trampoline)
         self.kernels.append(entry)
         if self.profiling is not None:

@@ -96,14 +96,14 @@ EXTRA_CHUNK_MIN_WORK = 1 << 20   # work (split_work's units) each chunk keeps wh
 # kernel gets more chunks than threads: small kernels stay at one chunk per thread
 
 
-def split_chunks(kern, split, threads: int, granule: int) -> int:
+def split_chunks(kern, split, threads: int, granule: int, work) -> int:
     """How many chunks the pool gets for a kernel split along `split`: one per thread,
     up to CHUNKS_PER_THREAD per thread for large kernels, so that the threads that run
     take over the chunks of a thread the OS has not scheduled; every chunk keeps
     EXTRA_CHUNK_MIN_WORK and at least one granule of the range, and a product's chunk
     DOT_CHUNK_MIN_EXTENT of its split dimension (each chunk packs the other operand's
-    panels again)."""
-    work = hint(split_work(kern, threads)[0])
+    panels again). `work`: split_work's, an int or a Dim (its typical size counts)."""
+    work = hint(work)
     extent = hint(ix.extent_of(split))
     most = max(1, extent // max(granule, 1))
     if isinstance(kern, K.DotKernel):
