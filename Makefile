@@ -54,6 +54,7 @@ bench: $(BENCH_STAMP)
 	$(PY) -m bench.onnx
 	$(PY) -m bench.control
 	$(PY) -m bench.symbolic
+	$(PY) -m bench.compile_time
 
 clean:
 	rm -rf $(VENV) $(LOW_VENV) build *.egg-info

@@ -3,8 +3,9 @@ bench.onnx` (in `make bench`). onnxruntime runs with the CPU execution provider,
 optimizations and intra-op threads = cores; both are timed alternately in the same run at
 batch 1 and 32, and each figure is printed as the ratio onnxruntime / graphc (> 1: graphc
 is faster), with the geometric mean. Outputs are checked against each other first. Compile
-times: graphc's first compile (a cold object cache), its second (the object code from the
-cache) and onnxruntime's session creation."""
+times: graphc's first compile (cold caches), its second (the program from the program
+cache, graphc/program_cache.py) and onnxruntime's session creation; `python -m
+bench.compile_time` measures them in fresh processes."""
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,7 @@ def run(batches=(1, 32), models=None, repeat: int = 20, rounds: int = 3) -> list
             t0 = time.perf_counter()
             exe = gonnx.compile(model)
             compile_s = time.perf_counter() - t0
-            t0 = time.perf_counter()               # again: the object code from the cache
+            t0 = time.perf_counter()               # again: the program from the cache
             gonnx.compile(model)
             cached_s = time.perf_counter() - t0
             want = sess.run(None, feeds)[0]

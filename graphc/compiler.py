@@ -7,6 +7,7 @@ from graphc_runtime.cpu import Signature
 from graphc_runtime.dims import Dim, shape_symbols
 from graphc_runtime.errors import CompileError, GraphcError
 
+from . import program_cache
 from .api import Tensor, checked_updates, flatten_outputs, _graph_of, structure_of
 from .artifact_info import describe_program
 from .backends import Build, backend_for
@@ -26,6 +27,7 @@ DRIVER_OPTIONS = {"dump_dir", "fuse", "distributed", "winograd"}
 def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) -> Executable:  # noqa: A001
     """Compile `outputs` (a Tensor, list or dict) and `updates` ({variable: new value})."""
     start = time.perf_counter()
+    use_cache = not options.pop("_no_program_cache", False)
     loc = user_location()
     backend = backend_for(device, options, loc, common=DRIVER_OPTIONS)
     winograd = options.get("winograd", True)
@@ -36,6 +38,19 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     if not flat + upd_vals:
         raise CompileError("nothing to compile: no outputs and no updates", loc)
     graph = _graph_of(flat + upd_vals + upd_vars)
+    roots = {"outputs": [t.node.id for t in flat], "structure": structure_of(outputs),
+             "updates": [[v.name, nv.node.id] for v, nv in zip(upd_vars, upd_vals)],
+             "inputs": None if inputs is None else
+             [t.node.id if isinstance(t, Tensor) else repr(t) for t in inputs]}
+    cache_name, cache_state = program_cache.key(graph, roots, backend, options) \
+        if use_cache else (None, "not used: compiled again for its module")
+    if cache_name is not None:
+        exe = program_cache.load(cache_name, graph, rebuild, lambda: compile(
+            outputs, inputs, updates, device, _no_program_cache=True, **options))
+        if exe is not None:
+            exe.stats.update(program_cache="hit", compile_seconds=time.perf_counter() - start,
+                             pass_seconds={"program_cache": time.perf_counter() - start})
+            return exe
     source = Program(graph, [t.node for t in flat],
                      [(v.name, nv.node) for v, nv in zip(upd_vars, upd_vals)],
                      {"winograd": winograd})
@@ -70,8 +85,11 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
         info["profile_object"] = built.profile_object
     exe = Executable(built.native, rebuild, stats, _dumps(pm, plan, lowered, **built.dumps),
                      device=backend.device, module=built.module, info=info)
+    exe.stats["program_cache"] = "miss" if cache_name else cache_state
     if options.get("distributed") is not None:
         options["distributed"].setup(exe, optimized)
+    if cache_name is not None:
+        program_cache.store(cache_name, exe)
     return exe
 
 

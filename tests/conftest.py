@@ -18,6 +18,10 @@ if "GRAPHC_CACHE_DIR" not in os.environ:
     import tempfile
     os.environ["GRAPHC_CACHE_DIR"] = tempfile.mkdtemp(prefix="graphc-test-cache-")
     atexit.register(shutil.rmtree, os.environ["GRAPHC_CACHE_DIR"], True)
+# Whole programs are cached by graph (graphc/program_cache.py); tests that patch graphc's
+# internals and compile a graph again would be served the program compiled before the
+# patch, so the suite turns that cache off; tests/test_program_cache.py turns it on.
+os.environ.setdefault("GRAPHC_PROGRAM_CACHE", "0")
 
 # Random graphs explore freely on developer machines; in CI (CI=true) the same examples
 # run every time, so a submission's result does not depend on luck.

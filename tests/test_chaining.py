@@ -58,19 +58,19 @@ def test_a_follower_reading_other_rows_of_the_split_axis_is_not_chained():
 
 
 def _lowered(g, y, threads=2):
-    from graphc.backends.cpu import backend
+    from graphc.backends.cpu import module as codegen
     seen = {}
-    real = backend.emit_module
+    real = codegen.emit_module
 
     def spy(name, lowered, n, profile=False):
         seen["lowered"] = lowered
         return real(name, lowered, n, profile)
-    backend.emit_module = spy
+    codegen.emit_module = spy
     try:
         with g:
             gc.compile(y, num_threads=threads)
     finally:
-        backend.emit_module = real
+        codegen.emit_module = real
     return seen["lowered"]
 
 

@@ -6,7 +6,7 @@ import re
 import numpy as np
 
 import graphc as gc
-from graphc.backends.cpu import backend
+from graphc.backends.cpu import module as codegen
 
 
 def _three_layers(rng):
@@ -21,13 +21,13 @@ def _three_layers(rng):
 
 def _emitted(monkeypatch, y, **options):
     seen = {}
-    real = backend.emit_module
+    real = codegen.emit_module
 
     def spy(name, lowered, threads, profile=False):
         text = real(name, lowered, threads, profile)
         seen.setdefault("profile" if profile else "main", (text, len(lowered.kernels)))
         return text
-    monkeypatch.setattr(backend, "emit_module", spy)
+    monkeypatch.setattr(codegen, "emit_module", spy)
     exe = gc.compile(y, **options)
     return exe, seen
 

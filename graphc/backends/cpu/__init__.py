@@ -7,10 +7,17 @@ innermost dimension is contiguous, so LLVM's loop vectorizer can widen them.
 float16/bfloat16 are storage types (math in float32, rounded after each operation, as the
 reference does); bool is stored as one byte.
 """
-from .dot_plan import scratch_buffers
-from .emitter import Emitter
-from .module import ModuleBuilder, NativeModule, aliased_buffers, chain_plan, emit_module
-from .parallel import split_var
+import importlib
 
-__all__ = ["Emitter", "ModuleBuilder", "NativeModule", "aliased_buffers", "chain_plan",
-           "emit_module", "scratch_buffers", "split_var"]
+_EXPORTS = {"scratch_buffers": "dot_plan", "Emitter": "emitter", "ModuleBuilder": "module",
+            "NativeModule": "module", "aliased_buffers": "module", "chain_plan": "module",
+            "emit_module": "module", "split_var": "parallel"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    """The code generator's names, imported when first used (a program cache hit
+    needs none of them)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)

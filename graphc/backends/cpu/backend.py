@@ -22,7 +22,6 @@ from ...passes.conv_to_gemm import conv_to_gemm
 from ...schedule.policy import SchedulePolicy
 from ..backend import Backend, Build, Built
 from .dot_plan import scratch_buffers
-from .module import NativeModule, chain_plan, emit_module
 from .parallel import layout_split
 
 
@@ -75,18 +74,20 @@ class CpuBackend(Backend):
                               chaining=True, fuse=self.opts.get("fuse", True))
 
     def build(self, job: Build) -> Built:
+        # the code generator is imported by the first build (a program cache hit has none)
+        from . import module as codegen
         lowered, threads, level = job.lowered, self.threads, self.opt_level
         t0 = time.perf_counter()
-        llvm_ir = emit_module(job.name, lowered, threads)
+        llvm_ir = codegen.emit_module(job.name, lowered, threads)
         job.seconds["codegen"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        module = NativeModule(llvm_ir, level)
+        module = codegen.NativeModule(llvm_ir, level)
         job.seconds["llvm"] = time.perf_counter() - t0
         collectives = collective_steps(lowered)
         native = CpuProgram(module.object_code, job.signature, lowered.memory.arena_bytes,
                             {name: job.graph.variables[name] for name in lowered.variables},
                             [c for _, c in lowered.constants], collectives)
-        chained = chain_plan(lowered.kernels, threads, lowered.memory.offsets)
+        chained = codegen.chain_plan(lowered.kernels, threads, lowered.memory.offsets)
         pairs = [(lowered.kernels[t].name, lowered.kernels[t + 1].name)
                  for t in sorted(chained)]
         return Built(native, len(lowered.kernels), {"llvm": module.optimized_ir},
@@ -95,7 +96,7 @@ class CpuBackend(Backend):
                      stats={"num_threads": threads, "chained_kernels": pairs,
                             "object_cache": module.cache},
                      manifest={"collectives": collectives}, module=module,
-                     profile_object=lambda: NativeModule(emit_module(
+                     profile_object=lambda: codegen.NativeModule(codegen.emit_module(
                          job.name, lowered, threads, profile=True), level).object_code)
 
 
