@@ -255,11 +255,9 @@ def main(argv=None) -> dict:
 
 
 def toolchain() -> dict:
-    """Versions that decide graphc's speed: llvmlite and its LLVM, numpy, and whether
-    the LLVM vectorizes llvm.ldexp (the exp kernels' scaling)."""
+    """Versions that decide graphc's speed: llvmlite and its LLVM, numpy."""
     from graphc.backends.llvm import features as llvm_features
-    return dict(llvm_features.versions(), numpy=np.__version__,
-                ldexp_vectorized=llvm_features.vectorizes_ldexp())
+    return dict(llvm_features.versions(), numpy=np.__version__)
 
 
 def _fmt(ms: float, kind) -> str:

@@ -48,3 +48,24 @@ def test_float32_math_is_within_a_few_ulp(graph, name, fn, exact, max_ulp):
     # bound above also checks the special values; and nan appears exactly where it should
     with np.errstate(over="ignore"):
         assert np.array_equal(np.isnan(got), np.isnan(truth.astype(np.float32)))
+
+
+@pytest.mark.parametrize("name,fn", [("exp", gc.exp), ("sigmoid", gc.sigmoid),
+                                     ("tanh", gc.tanh), ("erf", gc.erf)])
+def test_the_scale_by_exponent_bits_gives_vscalefs_bits(monkeypatch, name, fn):
+    """exp's y * 2**n: AVX-512's vscalefps where the host has it (backends/cpu/scalef.py),
+    else two exponent-bit multiplies (CUDA, other CPUs): the same bits everywhere."""
+    from graphc.backends.cpu import scalef
+    from graphc_runtime.cpu import host_features
+    host_has = scalef.available(host_features().split(","))
+    x = samples()
+    results = {}
+    for on in (True, False):
+        if not on:
+            monkeypatch.setattr(scalef, "available", lambda features: False)
+        with gc.Graph():
+            p = gc.placeholder(x.shape, name="x")
+            exe = gc.compile(fn(p))
+        assert ("graphc_scalef" in exe.dump("llvm")) == (on and host_has)
+        results[on] = exe(x=x)
+    np.testing.assert_array_equal(results[True], results[False])

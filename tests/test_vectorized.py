@@ -23,7 +23,8 @@ def scalar_math(exe) -> list:
     scalar remainder loops)."""
     ir_text = exe.dump("llvm")
     return re.findall(r"call [^@]*@\"?(expf|logf|tanhf|erff|exp2f|ldexpf)\b", ir_text) + \
-        re.findall(r"call [^@]*@\"?llvm\.(fmuladd|ldexp|rint|exp|log)\.f32", ir_text)
+        re.findall(r"call [^@]*@\"?llvm\.(fmuladd|ldexp|rint|exp|log)\.f32", ir_text) + \
+        re.findall(r"call [^@]*@\"?(graphc_scalef\w*)", ir_text)    # widened and inlined
 
 
 ELEMENTWISE = {

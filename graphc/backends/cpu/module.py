@@ -18,7 +18,7 @@ from ...schedule.chaining import chain_block, follower_split
 from ..llvm import features as llvm_features
 from .control import ControlBuilder, ControlEntry
 from . import gemm
-from . import object_cache
+from . import object_cache, scalef
 from .emitter import Emitter
 from .dot_plan import blas_plan
 from ..llvm.emitter import strided_loop
@@ -347,7 +347,7 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
     mb = ModuleBuilder(name, triple=triple)
     mb.threads = threads
     features = host_features().split(",")
-    mb.scalef = "+avx512f" in features and llvm_features.vectorizes_ldexp()
+    mb.scalef = scalef.available(features)
     mb.has_fma = "+fma" in features or "+avx512f" in features or not triple.startswith("x86")
     if profile:
         native = [k for k in lowered.kernels if not isinstance(k, K.CollectiveKernel)]
@@ -455,7 +455,10 @@ class NativeModule:
                 module.verify()
             except RuntimeError as e:
                 raise CompileError(f"generated LLVM IR is invalid: {e}") from None
+            linked = scalef.link(module)
             llvm_features.optimize(module, self.target_machine, opt_level)
+            if linked:
+                scalef.inline_variants(module, self.target_machine)
             for fn in list(module.functions):    # graphc's own GEMM kernels, optimized once
                 if fn.is_declaration and fn.name.startswith(gemm.PREFIX):
                     module.link_in(b.parse_assembly(

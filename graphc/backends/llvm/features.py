@@ -2,13 +2,9 @@
 process (llvmlite releases pin different LLVMs: 0.45-0.47 have LLVM 20, 0.48+ LLVM 22)."""
 from __future__ import annotations
 
-import functools
 import re
 
 import llvmlite
-import llvmlite.ir as ir
-
-F32, I32, I64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
 
 OLDEST_LLVMLITE = (0, 45)      # keep in step with pyproject.toml
 
@@ -48,36 +44,3 @@ def optimize(module, target_machine, opt_level: int) -> None:
     pto.slp_vectorization = True
     pb = b.create_pass_builder(target_machine, pto)
     pb.getModulePassManager().run(module, pb)
-
-
-@functools.cache
-def vectorizes_ldexp() -> bool:
-    """Does the loop vectorizer widen a loop that calls llvm.ldexp? LLVM 22 does (one
-    vscalefps a vector on AVX-512); LLVM 20 leaves the whole loop scalar, about 9x slower
-    for exp-heavy kernels, so graphc then scales by exponent bits instead."""
-    from graphc_runtime.cpu import host_target_machine, llvm
-    b = llvm()
-    module = ir.Module("probe_ldexp")
-    module.triple = b.get_process_triple()
-    ptr = ir.PointerType(F32)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [ptr, ptr]), "probe")
-    for arg in fn.args:
-        arg.add_attribute("noalias")
-    ldexp = ir.Function(module, ir.FunctionType(F32, [F32, I32]), "llvm.ldexp.f32.i32")
-    entry, loop, done = (fn.append_basic_block(n) for n in ("entry", "loop", "done"))
-    builder = ir.IRBuilder(entry)
-    builder.branch(loop)
-    builder.position_at_end(loop)
-    i = builder.phi(I64)
-    i.add_incoming(ir.Constant(I64, 0), entry)
-    x = builder.load(builder.gep(fn.args[0], [i], inbounds=True))
-    n = builder.fptosi(x, I32)
-    builder.store(builder.call(ldexp, [x, n]), builder.gep(fn.args[1], [i], inbounds=True))
-    step = builder.add(i, ir.Constant(I64, 1))
-    i.add_incoming(step, loop)
-    builder.cbranch(builder.icmp_unsigned("<", step, ir.Constant(I64, 1024)), loop, done)
-    builder.position_at_end(done)
-    builder.ret_void()
-    parsed = b.parse_assembly(str(module))
-    optimize(parsed, host_target_machine(3), 3)
-    return "x float>" in str(parsed)

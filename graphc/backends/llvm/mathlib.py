@@ -2,7 +2,8 @@
 
 Written with plain arithmetic, bit operations, selects and vectorizable intrinsics (no
 library calls), so loops that use them stay vectorizable. Each takes `scalef`: true where
-llvm.ldexp is one instruction (AVX-512's vscalefps), which makes exp about half as long. Accuracy: within a few ulp of a correctly rounded result over the
+the backend defines `graphc_scalef(y, n)` = y * 2**n as one vectorizable instruction
+(AVX-512's vscalefps, backends/cpu/scalef.py); the bits are the same either way. Accuracy: within a few ulp of a correctly rounded result over the
 whole float32 range; inf, nan, zeros and denormals behave as in IEEE/C99.
 """
 from __future__ import annotations
@@ -40,33 +41,24 @@ def _pow2(b, n):
 
 
 def exp_f32(b: ir.IRBuilder, x, scalef: bool = False):
-    """e**x: n = round(x / ln 2), r = x - n ln 2 (two-part ln 2), a degree-7 polynomial
-    for e**r, then the scale by 2**n. With `scalef` the scale is llvm.ldexp (one AVX-512
-    vscalefps, which rounds overflow, denormals and underflow itself); otherwise two
-    exponent-bit multiplies reach the denormals and selects handle the limits."""
+    """e**x: n = round(x / ln 2), r = x - n ln 2 (two-part ln 2), e**r by Horner to r**7
+    (|r| <= ln2/2: below 1e-8 relative), then y * 2**n rounded once. With `scalef` that
+    is a call of graphc_scalef (one AVX-512 vscalefps); otherwise two exponent-bit
+    multiplies, the first exact (y * 2**(n//2) stays normal), the second rounding once:
+    the same bits, denormals included. x is clamped to [-104, 89], beyond which the scale itself gives
+    0 or inf (2**128 is inf's bit pattern), so no selects are needed for the limits."""
     log2e, ln2_hi, ln2_lo = 1.44269504088896341, 0.693359375, -2.12194440e-4
-    hi_limit, lo_limit = 88.72283935546875, -103.97207708
-    if scalef:                       # beyond these ldexp gives inf / 0 by itself
-        hi_limit, lo_limit = 89.0, -104.0
-    xc = b.call(_minmax(b, "llvm.minnum"), [x, _c(hi_limit)])
-    xc = b.call(_minmax(b, "llvm.maxnum"), [xc, _c(lo_limit)])
+    xc = b.call(_minmax(b, "llvm.minnum"), [x, _c(89.0)])
+    xc = b.call(_minmax(b, "llvm.maxnum"), [xc, _c(-104.0)])
     n = b.call(_unary(b, "llvm.rint"), [b.fmul(xc, _c(log2e))])
     r = _fma(b, n, _c(-ln2_lo), _fma(b, n, _c(-ln2_hi), xc))
-    if scalef:          # e**r by Horner to r**7 (|r| <= ln2/2: below 1e-8 relative)
-        y = _poly(b, r, [1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0])
-    else:
-        z = b.fmul(r, r)
-        p = _poly(b, r, [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
-                         1.6666665459e-1, 5.0000001201e-1])
-        y = b.fadd(b.fadd(b.fmul(p, z), r), _c(1.0))
-    ni = b.fptosi(n, I32)
+    y = _poly(b, r, [1 / 5040, 1 / 720, 1 / 120, 1 / 24, 1 / 6, 0.5, 1.0, 1.0])
     if scalef:
-        y = b.call(_ldexp(b), [y, ni])
+        y = b.call(_scalef(b), [y, n])
     else:
-        n1 = b.ashr(ni, _i(1))                       # split the scale: reaches denormals
+        ni = b.fptosi(n, I32)
+        n1 = b.ashr(ni, _i(1))                  # n in [-150, 128]: halves in [-75, 64]
         y = b.fmul(b.fmul(y, _pow2(b, n1)), _pow2(b, b.sub(ni, n1)))
-        y = b.select(b.fcmp_ordered(">", x, _c(hi_limit)), _c(float("inf")), y)
-        y = b.select(b.fcmp_ordered("<", x, _c(lo_limit)), _c(0.0), y)
     return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
 
@@ -152,12 +144,12 @@ def _minmax(b, name):
     return _declare(b, name, 2)
 
 
-def _ldexp(b):
+def _scalef(b):
     module = b.module
-    name = "llvm.ldexp.f32.i32"
+    name = "graphc_scalef"
     if name in module.globals:
         return module.globals[name]
-    return ir.Function(module, ir.FunctionType(F32, [F32, I32]), name)
+    return ir.Function(module, ir.FunctionType(F32, [F32, F32]), name)
 
 
 def _copysign(b):

@@ -23,7 +23,7 @@ class LlvmModule:
             self.module.triple = triple
         if data_layout:
             self.module.data_layout = data_layout
-        self.scalef = False           # llvm.ldexp is one instruction (AVX-512)
+        self.scalef = False           # graphc_scalef is defined (AVX-512's vscalefps)
         self.has_fma = True           # fused multiply-add in hardware (else mul, then add)
         self.symbols: list = []       # symbol names: every kernel takes their values
         self.loop_properties: dict = {}   # a loop ID's reference (!N) -> its property
