@@ -205,6 +205,8 @@ class CpuProgram:
         return kernels[:3 * k].reshape(k, 3), chunks[:4 * k * c].reshape(k, c, 4)
 
     def run(self, args: tuple, kwargs: dict) -> list:
+        if self.on_pool:
+            self._pool.watch()
         if self._entry is not None and not self.poison_arena:
             if kwargs and not args and len(kwargs) == len(self._names):
                 try:

@@ -185,3 +185,33 @@ def test_many_short_sequences_back_to_back_in_a_loop_body():
     for got in results:
         for a, b in zip(expected, got):
             np.testing.assert_array_equal(a, b)
+
+
+def test_workers_spin_briefly_while_the_caller_waits_for_a_cpu(tmp_path, monkeypatch):
+    """Every LOOK_S seconds a run reads how long its thread waited for a CPU (Linux's
+    schedstat): over BUSY_FRACTION of the time, workers spin BUSY_SPINS rounds; else as
+    many as a quiet machine pays for. Without schedstat nothing changes."""
+    p = pools.pool()
+    if p is None:
+        pytest.skip("no pool on this platform")
+    quiet, busy = p._spins[False], p._spins[True]
+    assert busy < quiet
+    stat = tmp_path / "schedstat"
+    monkeypatch.setattr(p, "_schedstat", str(stat))
+    monkeypatch.setattr(p, "_seen", None)
+
+    def look(now, delay_s):
+        stat.write_text(f"123 {int(delay_s * 1e9)} 7\n")
+        p._look(now)
+        return p._worker_spins.value
+    try:
+        assert look(100.0, 1.0) == quiet                     # the first look: a baseline
+        assert look(100.1, 1.0 + 0.02) == busy               # waited 20% of 0.1 s
+        assert look(100.2, 1.02 + 0.001) == quiet            # 1%: quiet again
+        assert look(105.0, 5.0) == quiet                     # idle meanwhile: a baseline
+        stat.unlink()
+        p._look(105.1)
+        assert p._worker_spins.value == quiet and p._next_look == float("inf")
+    finally:
+        p._worker_spins.value = quiet
+        p._next_look = 0.0
