@@ -4,8 +4,8 @@ Each figure is from a fresh process: graphc's first compile of a model (empty ca
 the same compile in a second process (the program cache of graphc/program_cache.py
 filled by the first), and the first compile with the program cache off (only LLVM's
 object code cached), next to onnxruntime's session creation for the ONNX models (all
-graph optimizations). Models: the four ONNX benchmark models (bench/onnx_models.py) at
-batch 1, and the W5 (MLP Adam) and W8 (CNN Adam) training steps of `python -m bench`.
+graph optimizations). Models: the four ONNX benchmark models (bench/onnx_models.py) and
+the ConvNeXt-style CNN (48..384 channels, 224 x 224) at batch 1, and the W5 (MLP Adam) and W8 (CNN Adam) training steps of `python -m bench`.
 Median of `--repeat` processes each; the ratio is graphc's second-process compile over
 onnxruntime's session creation.
 """
@@ -26,9 +26,9 @@ import json, sys, time
 kind, name = sys.argv[1], sys.argv[2]
 if kind == "onnx":
     import graphc as gc, graphc.onnx as gonnx
-    from bench.onnx_models import MODELS
-    model, _ = MODELS[name](1)
-    graph = gonnx.import_model(model)
+    from bench.onnx_models import MODELS, convnext
+    model, _ = dict(MODELS, convnext=convnext)[name](1)
+    gonnx.import_model(model)                   # the importer's modules, imported
     t = time.perf_counter()
     exe = gonnx.compile(model)
 else:
@@ -44,8 +44,8 @@ print(json.dumps({"s": time.perf_counter() - t, "cache": exe.stats["program_cach
 ORT = """
 import json, sys, time
 import onnxruntime as ort
-from bench.onnx_models import MODELS
-model, _ = MODELS[sys.argv[1]](1)
+from bench.onnx_models import MODELS, convnext
+model, _ = dict(MODELS, convnext=convnext)[sys.argv[1]](1)
 data = model.SerializeToString()
 opts = ort.SessionOptions()
 opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     try:
         import onnx  # noqa: F401
         from .onnx_models import MODELS
-        onnx_models = list(MODELS)
+        onnx_models = list(MODELS) + ["convnext"]
     except ImportError:
         onnx_models = []
     work = [("onnx", m) for m in onnx_models] + [("graph", "W5"), ("graph", "W8")]

@@ -1,6 +1,7 @@
 """Four ONNX models built with onnx.helper, shaped like what exporters emit: a
 ResNet-style CNN, a MobileNet-style depthwise CNN, a BERT-style encoder and a GPT-style
-causal decoder (random weights, fixed seed). Used by tests/test_onnx_models.py and
+causal decoder (random weights, fixed seed); and a ConvNeXt-style CNN at 224 x 224 for
+compile times (not in MODELS). Used by tests/test_onnx_models.py and
 bench/onnx.py; each builder takes the batch size and returns (ModelProto, feeds maker).
 """
 from __future__ import annotations
@@ -142,6 +143,45 @@ def mobilenet(batch: int, width: int = 32, size: int = 64, classes: int = 10):
         h = b.conv_bn(h, c, cout, 1, act="relu6")                      # pointwise
         c = cout
     return _classifier(b, "mobilenet", x, h, c, batch, size, classes)
+
+
+def convnext(batch: int, dims=(48, 96, 192, 384), depths=(2, 2, 6, 2), size: int = 224,
+             classes: int = 1000):
+    """ConvNeXt-style, as torch exports transformers' ConvNextModel: a 4 x 4 stride-4
+    stem, blocks of depthwise 7 x 7 -> channels-last LayerNorm -> Linear(4C) -> GELU ->
+    Linear(C) -> layer scale -> residual, LayerNorm + 2 x 2 stride-2 downsampling. For
+    compile time (bench/compile_time.py); not among MODELS (the speed tables' four)."""
+    b = _Builder(5)
+    x = "image"
+
+    def channels_first_norm(h, c):
+        h = b.op("Transpose", [h], perm=[0, 2, 3, 1])
+        return b.op("Transpose", [b.layer_norm(h, c)], perm=[0, 3, 1, 2])
+
+    h = b.op("Conv", [x, b.weight((dims[0], 3, 4, 4)), b.const(np.zeros(dims[0], np.float32))],
+             kernel_shape=[4, 4], strides=[4, 4])
+    h = channels_first_norm(h, dims[0])
+    for stage, (c, depth) in enumerate(zip(dims, depths)):
+        if stage:
+            h = channels_first_norm(h, dims[stage - 1])
+            h = b.op("Conv", [h, b.weight((c, dims[stage - 1], 2, 2)),
+                              b.const(np.zeros(c, np.float32))], kernel_shape=[2, 2],
+                     strides=[2, 2])
+        for _ in range(depth):
+            y = b.op("Conv", [h, b.weight((c, 1, 7, 7)), b.const(np.zeros(c, np.float32))],
+                     kernel_shape=[7, 7], pads=[3] * 4, group=c)
+            y = b.layer_norm(b.op("Transpose", [y], perm=[0, 2, 3, 1]), c)
+            y = b.linear(b.gelu_erf(b.linear(y, c, 4 * c)), 4 * c, c)
+            y = b.op("Mul", [y, b.const(np.full(c, 0.1, np.float32), "layer_scale")])
+            h = b.op("Add", [h, b.op("Transpose", [y], perm=[0, 3, 1, 2])])
+    h = b.layer_norm(b.op("Flatten", [b.op("GlobalAveragePool", [h])], axis=1), dims[-1])
+    b.op("Gemm", [h, b.weight((classes, dims[-1])), b.const(np.zeros(classes, np.float32))],
+         transB=1)
+    b.nodes[-1].output[0] = "logits"
+    m = b.model("convnext", [helper.make_tensor_value_info(x, TensorProto.FLOAT,
+                                                           [batch, 3, size, size])],
+                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes])])
+    return m, lambda rng: {x: rng.normal(size=(batch, 3, size, size)).astype(np.float32)}
 
 
 def bert(batch: int, seq: int = 64, hidden: int = 128, heads: int = 4, layers: int = 2,

@@ -34,7 +34,8 @@ import sys
 
 from graphc_runtime import cache_store
 
-KIND = cache_store.Kind(b"GRAPHC-PROGRAM-CACHE-1\n", ".gcp", compress=False)
+# an artifact checks itself (its header's and every section's sha256)
+KIND = cache_store.Kind(b"GRAPHC-PROGRAM-CACHE-1\n", ".gcp", compress=False, checksum=False)
 LABEL = "program cache entry"
 _OWN_SETTINGS = ("GRAPHC_CACHE", "GRAPHC_CACHE_DIR", "GRAPHC_CACHE_MAX_BYTES",
                  "GRAPHC_PROGRAM_CACHE")
@@ -143,6 +144,7 @@ def store(name: str, exe) -> None:
     sections = dict(info["sections"])
     for k, c in enumerate(exe._native.constants):
         sections[f"constant/{k}"] = array_bytes(c)
+        sections.pop(f"tensor/{hashlib.sha256(sections[f'constant/{k}']).hexdigest()}", None)
     for stage in ("graph", "optimized", "fused", "memory", "llvm"):
         sections[f"dump/{stage}"] = exe.dump(stage).encode()
     try:
@@ -191,6 +193,8 @@ def load(name: str, graph, rebuild, recompile):
         derived = json.loads(sections["cache/derived.json"])
         dumps = {stage: sections[f"dump/{stage}"].decode()
                  for stage in ("graph", "optimized", "fused", "memory", "llvm")}
+        tensors = {f"tensor/{manifest['sections'][f'constant/{k}']['sha256']}":
+                   sections[f"constant/{k}"] for k in range(len(manifest["constants"]))}
     except (GraphcError, UnicodeDecodeError, *_MALFORMED):      # checked, not trusted
         cache_store._remove(os.path.join(cache_store.folder(), name + KIND.suffix))
         return None
@@ -198,8 +202,9 @@ def load(name: str, graph, rebuild, recompile):
     info = {"manifest": {k: v for k, v in manifest.items()
                          if k not in ("signature", "stats", "sections", "signed",
                                       "format_version")},
-            "sections": {k: v for k, v in sections.items()
-                         if not k.startswith(("constant/", "dump/", "cache/"))},
+            "sections": {**{k: v for k, v in sections.items()
+                            if not k.startswith(("constant/", "dump/", "cache/"))},
+                         **tensors},          # the graphs' arrays a constant holds
             "derived": lambda: derived,
             "profile_object": lambda: fresh()._profile_object()}
     return Executable(native, rebuild, stats, dumps, device="cpu", module=fresh, info=info)

@@ -11,7 +11,8 @@ folder (default $XDG_CACHE_HOME/graphc, else ~/.cache/graphc); GRAPHC_CACHE_MAX_
 bounds the size of all entries together (default 1 GiB; the least recently used go
 first).
 
-An entry holds its magic, its own name and the sha256 of its payload; it is read only if
+An entry holds its magic, its own name and the sha256 of its payload (or a payload that
+checks itself); it is read only if
 this user owns it and nobody else may write it (nor its folder), and is removed when
 anything does not match. Writes go to a temporary file renamed into place, so concurrent
 processes see a whole entry or none. A cache that cannot be used (a read-only home, a
@@ -36,6 +37,7 @@ class Kind:
     magic: bytes
     suffix: str
     compress: bool
+    checksum: bool = True        # False: the payload checks itself (an artifact's sha256s)
 
 
 SUFFIXES = (".gco", ".gcp", ".gcn")               # every kind's, for the size bound
@@ -104,10 +106,12 @@ def load(kind: Kind, name: str) -> bytes | None:
 
 def _decode(kind: Kind, raw: bytes, name: str) -> bytes | None:
     head = len(kind.magic)
-    if raw[:head] != kind.magic or len(raw) < head + NAME_BYTES + 32:
+    if raw[:head] != kind.magic or len(raw) < head + NAME_BYTES + 32 * kind.checksum:
         return None
     if raw[head:head + NAME_BYTES] != name.encode():    # an entry renamed from elsewhere
         return None
+    if not kind.checksum:
+        return raw[head + NAME_BYTES:]
     digest, payload = raw[head + NAME_BYTES:head + NAME_BYTES + 32], \
         raw[head + NAME_BYTES + 32:]
     if hashlib.sha256(payload).digest() != digest:
@@ -126,7 +130,8 @@ def store(kind: Kind, name: str, payload: bytes) -> None:
             return
         if kind.compress:
             payload = zlib.compress(payload, 1)
-        data = kind.magic + name.encode() + hashlib.sha256(payload).digest() + payload
+        data = kind.magic + name.encode() + \
+            (hashlib.sha256(payload).digest() if kind.checksum else b"") + payload
         fd, tmp = tempfile.mkstemp(dir=where, prefix=".tmp-", suffix=kind.suffix)
         try:
             with os.fdopen(fd, "wb") as f:

@@ -26,8 +26,8 @@ def encode_array(a: np.ndarray, tensors: dict | None = None) -> dict:
     """An array as JSON: its bytes inline (base64), or, with a `tensors` store {SHA-256
     hex of the little-endian bytes: bytes} and at least EXTERNAL_MIN_BYTES, a reference
     to them there (artifacts keep each tensor's bytes once, in a section of their own)."""
-    a = np.array(a, order="C")
-    raw = a.astype(a.dtype.newbyteorder("<")).tobytes()
+    a = np.asarray(a, order="C")               # one copy at most, for the bytes
+    raw = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
     head = {"dtype": dtypes.canonical(a.dtype), "shape": list(a.shape)}
     if tensors is not None and len(raw) >= EXTERNAL_MIN_BYTES:
         digest = hashlib.sha256(raw).hexdigest()
