@@ -26,7 +26,6 @@ off with the object cache; the folder and its size bound are cache_store's.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -43,24 +42,6 @@ _OWN_SETTINGS = ("GRAPHC_CACHE", "GRAPHC_CACHE_DIR", "GRAPHC_CACHE_MAX_BYTES",
 
 def enabled() -> bool:
     return cache_store.enabled() and cache_store._on("GRAPHC_PROGRAM_CACHE")
-
-
-@functools.lru_cache(maxsize=None)
-def source_fingerprint() -> str:
-    """sha256 of the source files of graphc and graphc_runtime (about 1 MB, ~3 ms)."""
-    import graphc_runtime
-    h = hashlib.sha256()
-    for package in (sys.modules[__package__], graphc_runtime):
-        root = os.path.dirname(os.path.abspath(package.__file__))
-        for where, dirs, files in os.walk(root):
-            dirs.sort()
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(where, name)
-                    h.update(os.path.relpath(path, root).encode() + b"\0")
-                    with open(path, "rb") as f:
-                        h.update(f.read())
-    return h.hexdigest()
 
 
 def _ops(graph, seen=None) -> set:
@@ -123,7 +104,7 @@ def key(graph, roots: dict, backend, options: dict) -> tuple[str | None, str]:
             "opt_level": backend.opt_level, "settings": settings,
             "host": [b.get_process_triple(), b.get_host_cpu_name(), host_features()],
             "versions": [sys.version, np.__version__, llvmlite.__version__,
-                         list(b.llvm_version_info), source_fingerprint()],
+                         list(b.llvm_version_info), cache_store.source_fingerprint()],
         }, sort_keys=True, default=_json_default)
     except (TypeError, ValueError) as e:
         return None, f"not used: the graph does not serialize ({e})"

@@ -1,10 +1,11 @@
 """The folder of graphc's persistent caches, shared by the processes of one user: entries
 of bytes under a hashed name, written atomically, bounded in size, never trusted.
 
-Three caches keep entries here: graphc's object code keyed by its LLVM IR
+Four caches keep entries here: graphc's object code keyed by its LLVM IR
 (graphc/backends/cpu/object_cache.py), whole compiled programs keyed by the graph
-(graphc/program_cache.py) and the thread pool's own code (pool.py). Each `Kind` has its
-own magic, suffix and compression.
+(graphc/program_cache.py), graphc's own GEMM kernels (graphc/backends/cpu/gemm.py) and
+the thread pool's own code (pool.py). Each `Kind` has its own magic, suffix and
+compression.
 
 Settings (environment): GRAPHC_CACHE=0 turns every cache off; GRAPHC_CACHE_DIR chooses the
 folder (default $XDG_CACHE_HOME/graphc, else ~/.cache/graphc); GRAPHC_CACHE_MAX_BYTES
@@ -20,6 +21,7 @@ full disk) is skipped without error.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import stat
@@ -40,7 +42,7 @@ class Kind:
     checksum: bool = True        # False: the payload checks itself (an artifact's sha256s)
 
 
-SUFFIXES = (".gco", ".gcp", ".gcn")               # every kind's, for the size bound
+SUFFIXES = (".gco", ".gcp", ".gcn", ".gcg")        # every kind's, for the size bound
 
 
 def _on(variable: str) -> bool:
@@ -65,6 +67,28 @@ def max_bytes() -> int:
         return max(0, int(os.environ.get("GRAPHC_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES)))
     except ValueError:
         return DEFAULT_MAX_BYTES
+
+
+@functools.lru_cache(maxsize=None)
+def source_fingerprint() -> str:
+    """sha256 of the source files of graphc_runtime and, where installed, graphc (about
+    1 MB, ~3 ms): in a key, it keeps an edited graphc from reading an older one's work."""
+    import importlib.util
+    roots = [os.path.dirname(os.path.abspath(__file__))]
+    spec = importlib.util.find_spec("graphc")
+    if spec is not None and spec.origin:
+        roots.append(os.path.dirname(os.path.abspath(spec.origin)))
+    h = hashlib.sha256()
+    for root in roots:
+        for where, dirs, files in os.walk(root):
+            dirs.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(where, name)
+                    h.update(os.path.relpath(path, root).encode() + b"\0")
+                    with open(path, "rb") as f:
+                        h.update(f.read())
+    return h.hexdigest()
 
 
 def _private(path: str, st=None) -> bool:

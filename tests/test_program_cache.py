@@ -243,3 +243,39 @@ def test_entries_share_the_size_bound(cache_on, monkeypatch):
         gc.compile(gc.exp(x * 4.0))
     assert sum(p.stat().st_size for p in folder.iterdir()
                if p.name.endswith(cache_store.SUFFIXES)) <= max(sizes.values()) + 10
+
+
+OWN_GEMM = textwrap.dedent("""
+    import numpy as np, graphc as gc
+    a = np.linspace(-1, 1, 32 * 256, dtype=np.float32).reshape(32, 256)
+    with gc.Graph("own"):
+        x = gc.placeholder((32, 256), name="x")
+        w = gc.constant(np.cos(np.arange(256 * 64, dtype=np.float32)).reshape(256, 64))
+        exe = gc.compile(gc.tanh(x @ w))
+    print(exe.dump("llvm").count("graphc_own_gemm_nn"), float(exe(x=a).sum()).hex())
+""")
+
+
+def test_the_own_gemm_kernels_are_cached_too(tmp_path):
+    """graphc's own GEMM kernels (backends/cpu/gemm.py) are optimized once and kept in
+    the cache folder: the next process links the kept IR in, with the same results."""
+    environ = dict(os.environ, GRAPHC_CACHE_DIR=str(tmp_path / "cache"),
+                   GRAPHC_PROGRAM_CACHE="0")
+
+    def run():
+        r = subprocess.run([sys.executable, "-c", OWN_GEMM], capture_output=True, text=True,
+                           env=environ, cwd=ROOT, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return r.stdout.split()
+    first = run()
+    assert int(first[0]) >= 1                        # the product runs on the own kernel
+    (entry,) = _entries(tmp_path, ".gcg")
+    for p in _entries(tmp_path, ".gco"):
+        p.unlink()                                   # so the module is compiled again
+    os.utime(entry, (1, 1))
+    assert run() == first
+    assert entry.stat().st_mtime > 1                 # read (a hit marks it used)
+    entry.write_bytes(b"GRAPHC-GEMM-CACHE-1\n" + b"x" * 100)    # corrupt: rebuilt
+    for p in _entries(tmp_path, ".gco"):
+        p.unlink()
+    assert run() == first

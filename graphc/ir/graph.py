@@ -7,6 +7,7 @@ Variables' current values live on the Graph, keyed by the variable's name.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 
 import numpy as np
@@ -48,7 +49,7 @@ class Node:
         """The element count: an int, or a Dim when the shape is symbolic."""
         if is_symbolic(self.shape):
             return sym.prod(self.shape)
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:

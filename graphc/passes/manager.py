@@ -10,10 +10,17 @@ from .program import Program
 
 
 class PassManager:
+    """`dumps` holds the program's text before the first pass ("input") and after the
+    last (under its name); with `dump_dir`, every pass's is written there too. Printing a
+    large graph after each pass cost more than the passes (a ConvNeXt-style model: ~0.5
+    of 0.6 s), so without `dump_dir` only those two are printed, and none without
+    `texts` (loop bodies)."""
+
     def __init__(self, passes: list[tuple[str, Callable[[Program], Program]]],
-                 dump_dir: str | None = None):
+                 dump_dir: str | None = None, texts: bool = True):
         self.passes = passes
         self.dump_dir = dump_dir
+        self.texts = texts
         self.seconds: dict[str, float] = {}
         self.dumps: dict[str, str] = {}
 
@@ -25,10 +32,13 @@ class PassManager:
             start = time.perf_counter()
             program = fn(program)
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-            self._dump(f"{k:02d}-{name}", program)
+            if self.dump_dir or k == len(self.passes):
+                self._dump(f"{k:02d}-{name}", program)
         return program
 
     def _dump(self, label: str, program: Program) -> None:
+        if not (self.texts or self.dump_dir):
+            return
         text = program_text(program)
         self.dumps[label.split("-", 1)[1]] = text
         if self.dump_dir:

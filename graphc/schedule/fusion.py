@@ -298,6 +298,14 @@ def _depth(members: dict) -> int:
     return max(depth.values(), default=0)
 
 
+def _group_depth(g: Group) -> int:
+    """_depth of a group's members, kept on the group (its members never change)."""
+    depth = g.__dict__.get("_depth")
+    if depth is None:
+        depth = g.__dict__["_depth"] = _depth(g.members)
+    return depth
+
+
 def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False) -> bool:
     """Whether groups a and b can merge; `pads`: a dot's epilogue may also write a padded
     copy of its result (the CPU's dot kernels fill the border, K.padded_epilogue) or a
@@ -307,7 +315,10 @@ def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False)
         return False
     if len(a.members) + len(b.members) > MAX_GROUP_NODES:
         return False
-    if _depth({**a.members, **b.members}) > MAX_GROUP_DEPTH:
+    # the groups form a DAG, so a chain through both runs through a, then b (or the
+    # reverse): the sum of their depths bounds the merged one's
+    if _group_depth(a) + _group_depth(b) > MAX_GROUP_DEPTH and \
+            _depth({**a.members, **b.members}) > MAX_GROUP_DEPTH:
         return False
     if kind == "loop":
         return a.shape() == b.shape()

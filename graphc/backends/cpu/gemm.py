@@ -26,8 +26,6 @@ array of K2, column j of B at (j / row) * pitch + j % row.
 """
 from __future__ import annotations
 
-import functools
-
 import llvmlite.ir as ir
 
 from graphc_runtime.errors import CompileError
@@ -57,28 +55,11 @@ def _signature(form: str, dtype: str) -> ir.FunctionType:
 
 def declare(module: ir.Module, form: str, dtype: str) -> ir.Function:
     """The own-GEMM function `form` ('nn' / 'nt') for `dtype`, declared in a program's
-    module; NativeModule links its optimized body in (see optimized_ir)."""
+    module; NativeModule links its optimized body in (gemm_ir.optimized_ir)."""
     name = f"{PREFIX}{form}_{dtype}"
     if name in module.globals:
         return module.globals[name]
     return ir.Function(module, _signature(form, dtype), name)
-
-
-@functools.cache
-def optimized_ir(name: str, features: str, opt_level: int) -> str:
-    """The LLVM IR of the own-GEMM function `name`, built and optimized once per process
-    (every program that calls it links this copy in: its 0.3 s of LLVM work is not
-    repeated per compile)."""
-    from graphc_runtime.cpu import host_target_machine, llvm
-
-    from ..llvm import features as llvm_features
-    form, dtype = name[len(PREFIX):].split("_", 1)
-    module = ir.Module(name)
-    GemmBuilder(module, features).function(form, dtype).linkage = "external"
-    b = llvm()
-    parsed = b.parse_assembly(str(module))
-    llvm_features.optimize(parsed, host_target_machine(opt_level), opt_level)
-    return str(parsed)
 
 
 class GemmBuilder:

@@ -17,7 +17,7 @@ from ...kernels import kernel as K
 from ...schedule.chaining import chain_block, follower_split
 from ..llvm import features as llvm_features
 from .control import ControlBuilder, ControlEntry
-from . import gemm
+from . import gemm, gemm_ir
 from . import object_cache, scalef
 from .emitter import Emitter
 from .dot_plan import blas_plan
@@ -462,7 +462,7 @@ class NativeModule:
             for fn in list(module.functions):    # graphc's own GEMM kernels, optimized once
                 if fn.is_declaration and fn.name.startswith(gemm.PREFIX):
                     module.link_in(b.parse_assembly(
-                        gemm.optimized_ir(fn.name, self.features, opt_level)))
+                        gemm_ir.optimized_ir(fn.name, self.features, opt_level)))
             self._module = module
         return self._module
 
