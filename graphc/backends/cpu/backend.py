@@ -19,6 +19,7 @@ from ...kernels import kernel as K
 from ...passes.canonicalize_dots import canonicalize_dots
 from ...passes.column_sums import column_sums
 from ...passes.conv_to_gemm import conv_to_gemm
+from ...passes.low_precision_products import low_precision_products
 from ...schedule.policy import SchedulePolicy
 from ..backend import Backend, Build, Built
 from .dot_plan import scratch_buffers
@@ -65,7 +66,8 @@ class CpuBackend(Backend):
         return n
 
     def lowering_passes(self) -> list:
-        return [("conv_to_gemm", conv_to_gemm), ("canonicalize_dots", canonicalize_dots),
+        return [("low_precision_products", low_precision_products),
+                ("conv_to_gemm", conv_to_gemm), ("canonicalize_dots", canonicalize_dots),
                 ("column_sums", column_sums)]
 
     def policy(self) -> SchedulePolicy:

@@ -1,0 +1,27 @@
+"""Products and convolutions of bfloat16 / float16 operands as float32 ones.
+
+Those dtypes are storage types here: the reference computes a product in float32 and
+rounds the result once. The CPU's BLAS, own GEMM and Winograd kernels take float32, so a
+product left in bfloat16 ran as a plain loop nest (a 1024^3 product: 1.3 s against 11 ms
+in float32). This pass converts the operands to float32 (exactly), runs the product or
+convolution in float32 and rounds its result back: the reference's arithmetic, on the
+fast kernels. In the CPU backend's pipeline, before convolutions become products.
+"""
+from __future__ import annotations
+
+from .program import Program, rebuild
+
+STORAGE_ONLY = ("bfloat16", "float16")
+PRODUCTS = ("dot_general", "conv")
+
+
+def low_precision_products(program: Program) -> Program:
+    def rewrite(builder, node, inputs):
+        if node.op not in PRODUCTS or node.dtype not in STORAGE_ONLY:
+            return None
+        wide = tuple(x if x.dtype == "float32" else
+                     builder.add("convert", (x,), {"new_dtype": "float32"}, like=node)
+                     for x in inputs)
+        out = builder.add(node.op, wide, dict(node.attrs), like=node)
+        return builder.add("convert", (out,), {"new_dtype": node.dtype}, like=node)
+    return rebuild(program, rewrite)
