@@ -53,12 +53,13 @@ MAX_WORKERS = 63
 MAX_CPUS = 1024               # CPU numbers the pool pins workers to (cpu_set_t's size)
 WORKER_SPINS = 1 << 14        # pause-and-look rounds before a worker sleeps (~15 ns each)
 CALLER_SPINS = 1 << 10        # rounds a caller spins for chunks in flight before it sleeps
-BUSY_SPINS = 64               # a worker's rounds while the machine is busy: where the
-# calling thread waited for a CPU BUSY_FRACTION of the last LOOK_S seconds (Linux's
+BUSY_SPINS = 64               # a worker's and a caller's rounds while the machine is busy:
+# where the calling thread waited for a CPU BUSY_FRACTION of the last LOOK_S seconds (Linux's
 # schedstat run delay). Spun time counts against the pool's share of the CPUs, and a
 # thread that slept gets a CPU first when woken: bench.contention's DistilBERT-width
-# encoder took 32 ms with one busy process beside it, 29 ms with 64 rounds. Quiet, so few
-# rounds cost W5 and W8 7-10% (wake-ups), hence the switch.
+# encoder took 32 ms with one busy process beside it, 29-31 ms with 64 rounds (the
+# caller's 64 rounds too: another ~1 ms). Quiet, so few rounds cost W5 and W8 7-10%
+# (wake-ups), hence the switch.
 BUSY_FRACTION = 0.05
 LOOK_S = 0.05
 PATIENCE_US = 30              # a one-chunk job is the caller's for this long, then a
@@ -90,9 +91,11 @@ class Pool:
             if value.isdigit():
                 self._global(name, ctypes.c_int64).value = int(value)
         self._worker_spins = self._global("worker_spins", ctypes.c_int64)
+        self._caller_spins = self._global("caller_spins", ctypes.c_int64)
         busy = os.environ.get("GRAPHC_POOL_BUSY_SPINS", "")
-        self._spins = {False: self._worker_spins.value,
-                       True: int(busy) if busy.isdigit() else BUSY_SPINS}
+        busy = int(busy) if busy.isdigit() else BUSY_SPINS
+        self._spins = {False: (self._worker_spins.value, self._caller_spins.value),
+                       True: (busy, min(busy, self._caller_spins.value))}
         self._next_look, self._seen = 0.0, None
         self._schedstat = "/proc/thread-self/schedstat"
 
@@ -115,7 +118,7 @@ class Pool:
         if seen is None or seen[0] != self._seen[0] or now - seen[1] > 10 * LOOK_S:
             return                          # another thread, or idle meanwhile: a baseline
         busy = delay - seen[2] > BUSY_FRACTION * (now - seen[1])
-        self._worker_spins.value = self._spins[busy]
+        self._worker_spins.value, self._caller_spins.value = self._spins[busy]
 
     def _global(self, name: str, ctype=ctypes.c_int32, index: int = 0):
         """The native global pool_<name> (element `index` of an array) as a ctypes value."""
