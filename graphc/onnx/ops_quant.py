@@ -107,7 +107,13 @@ def _dequantize(ctx, a, at):
     v = gc.cast(x, "float32" if out != "float64" else "float64")
     if len(a) > 2 and a[2] is not None:
         v = v - gc.cast(_per_axis(ctx, a[2], x, axis, block), v.dtype)
-    return gc.cast(v * gc.cast(scale, v.dtype), out)
+    y = gc.cast(v * gc.cast(scale, v.dtype), out)
+    if all(ctx.tensor(t).node.op == "constant" for t in a if t is not None):
+        # a quantized weight: dequantized once here (by the reference, the same bits),
+        # so the product or convolution reading it sees a constant filter (prepacked,
+        # Winograd) instead of dequantizing it at every call
+        return gc.constant(gc.evaluate(y))
+    return y
 
 
 def _centered(ctx, v, zp, axis_of_zp, ndim):

@@ -54,7 +54,7 @@ class LlvmModule:
         ty = types[0]
         if name == "llvm.fptosi.sat":
             fnty = ir.FunctionType(types[0], [types[1]])
-        elif name in ("llvm.maximum", "llvm.minimum"):
+        elif name in ("llvm.maximum", "llvm.minimum", "llvm.maxnum", "llvm.minnum"):
             fnty = ir.FunctionType(ty, [ty, ty])
         elif name in ("llvm.fmuladd", "llvm.fma"):
             fnty = ir.FunctionType(ty, [ty, ty, ty])
