@@ -54,13 +54,14 @@ MAX_CPUS = 1024               # CPU numbers the pool pins workers to (cpu_set_t'
 WORKER_SPINS = 1 << 14        # pause-and-look rounds before a worker sleeps (~15 ns each)
 CALLER_SPINS = 1 << 10        # rounds a caller spins for chunks in flight before it sleeps
 BUSY_SPINS = 64               # a worker's and a caller's rounds while the machine is busy:
-# where the calling thread waited for a CPU BUSY_FRACTION of the last LOOK_S seconds (Linux's
-# schedstat run delay). Spun time counts against the pool's share of the CPUs, and a
-# thread that slept gets a CPU first when woken: bench.contention's DistilBERT-width
-# encoder took 32 ms with one busy process beside it, 29-31 ms with 64 rounds (the
-# caller's 64 rounds too: another ~1 ms). Quiet, so few rounds cost W5 and W8 7-10%
-# (wake-ups), hence the switch.
-BUSY_FRACTION = 0.05
+# while other processes used over BUSY_OTHERS CPUs of those this one may use, over the
+# last LOOK_S seconds (/proc/stat's per-CPU time less this process's). Spun time counts
+# against the pool's share of the CPUs, and a thread that slept gets a CPU first when
+# woken: bench.contention's DistilBERT-width encoder took 32 ms with one busy process
+# beside it, 29-31 ms with 64 rounds. Quiet, so few rounds cost W5 and W8 7-10% and the
+# GPT-style model 60% (wake-ups), hence the switch. (The calling thread's own wait for
+# a CPU is no signal: with few rounds it sleeps and, woken, preempts the busy process.)
+BUSY_OTHERS = 0.4
 LOOK_S = 0.05
 PATIENCE_US = 30              # a one-chunk job is the caller's for this long, then a
 # worker takes it (the caller may be waiting for a CPU)
@@ -97,27 +98,28 @@ class Pool:
         self._spins = {False: (self._worker_spins.value, self._caller_spins.value),
                        True: (busy, min(busy, self._caller_spins.value))}
         self._next_look, self._seen = 0.0, None
-        self._schedstat = "/proc/thread-self/schedstat"
+        self._stat = "/proc/stat"
+        self._cpus = {f"cpu{c}" for c in (os.sched_getaffinity(0)
+                                         if hasattr(os, "sched_getaffinity") else ())}
 
     def watch(self) -> None:
-        """Called by each run: every LOOK_S seconds, whether the machine is busy (the
-        calling thread waited for a CPU) picks how long workers spin."""
+        """Called by each run: every LOOK_S seconds, whether other processes keep the
+        CPUs this one may use busy picks how long the pool's threads spin."""
         now = time.monotonic()
         if now >= self._next_look:
             self._look(now)
 
     def _look(self, now: float) -> None:
         self._next_look = now + LOOK_S
-        try:
-            with open(self._schedstat, "rb") as f:
-                delay = int(f.read().split()[1]) * 1e-9     # seconds waiting for a CPU
-        except (OSError, ValueError, IndexError):
-            self._next_look = float("inf")                   # no schedstat: stay as set
+        used = _cpu_seconds(self._cpus, self._stat)
+        if used is None:
+            self._next_look = float("inf")                   # no /proc/stat: stay as set
             return
-        seen, self._seen = self._seen, (threading.get_ident(), now, delay)
-        if seen is None or seen[0] != self._seen[0] or now - seen[1] > 10 * LOOK_S:
-            return                          # another thread, or idle meanwhile: a baseline
-        busy = delay - seen[2] > BUSY_FRACTION * (now - seen[1])
+        seen, self._seen = self._seen, (now, used, time.process_time())
+        if seen is None or now - seen[0] > 10 * LOOK_S:
+            return                                  # idle meanwhile: a new baseline
+        others = (used - seen[1]) - (self._seen[2] - seen[2])
+        busy = others > BUSY_OTHERS * (now - seen[0])
         self._worker_spins.value, self._caller_spins.value = self._spins[busy]
 
     def _global(self, name: str, ctype=ctypes.c_int32, index: int = 0):
@@ -156,6 +158,23 @@ class Pool:
         for name in ("word", "done", "count"):
             self._global(name, ctypes.c_int64).value = 0
         self._global("caller_cpu").value = -1
+
+
+def _cpu_seconds(cpus: set, path: str = "/proc/stat") -> float | None:
+    """Seconds the CPUs named in `cpus` ("cpu0", ...) have spent busy since boot
+    (/proc/stat), or None where it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode().splitlines()
+        busy = 0
+        for line in lines:
+            name, _, rest = line.partition(" ")
+            if name in cpus:
+                v = [int(x) for x in rest.split()]
+                busy += v[0] + v[1] + v[2] + sum(v[5:8])   # user nice system irq softirq steal
+        return busy / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def enabled() -> bool:

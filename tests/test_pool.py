@@ -187,28 +187,36 @@ def test_many_short_sequences_back_to_back_in_a_loop_body():
             np.testing.assert_array_equal(a, b)
 
 
-def test_workers_spin_briefly_while_the_caller_waits_for_a_cpu(tmp_path, monkeypatch):
-    """Every LOOK_S seconds a run reads how long its thread waited for a CPU (Linux's
-    schedstat): over BUSY_FRACTION of the time, workers spin BUSY_SPINS rounds; else as
-    many as a quiet machine pays for. Without schedstat nothing changes."""
+def test_workers_spin_briefly_while_other_processes_keep_the_cpus_busy(tmp_path,
+                                                                        monkeypatch):
+    """Every LOOK_S seconds a run reads how much CPU time other processes took on the
+    CPUs this one may use (/proc/stat less this process's own): over BUSY_OTHERS CPUs,
+    the pool's threads spin BUSY_SPINS rounds; else as many as a quiet machine pays
+    for. Without /proc/stat nothing changes."""
     p = pools.pool()
-    if p is None:
-        pytest.skip("no pool on this platform")
     quiet, busy = p._spins[False], p._spins[True]
     assert busy[0] < quiet[0] and busy[1] <= quiet[1]
-    stat = tmp_path / "schedstat"
-    monkeypatch.setattr(p, "_schedstat", str(stat))
+    stat = tmp_path / "stat"
+    monkeypatch.setattr(p, "_stat", str(stat))
     monkeypatch.setattr(p, "_seen", None)
+    cpus = sorted(p._cpus) or ["cpu0"]
+    monkeypatch.setattr(p, "_cpus", set(cpus))
+    hz = os.sysconf("SC_CLK_TCK")
+    own = [0.0]
+    monkeypatch.setattr(pools.time, "process_time", lambda: own[0])
 
-    def look(now, delay_s):
-        stat.write_text(f"123 {int(delay_s * 1e9)} 7\n")
+    def look(now, busy_seconds, own_seconds):
+        ticks = int(round(busy_seconds * hz / len(cpus)))
+        stat.write_text("cpu  0 0 0 0 0 0 0 0 0 0\n" + "".join(
+            f"{c} {ticks} 0 0 999 5 0 0 0 7 7\n" for c in cpus))
+        own[0] = own_seconds
         p._look(now)
         return p._worker_spins.value, p._caller_spins.value
     try:
-        assert look(100.0, 1.0) == quiet                     # the first look: a baseline
-        assert look(100.1, 1.0 + 0.02) == busy               # waited 20% of 0.1 s
-        assert look(100.2, 1.02 + 0.001) == quiet            # 1%: quiet again
-        assert look(105.0, 5.0) == quiet                     # idle meanwhile: a baseline
+        assert look(100.0, 10.0, 1.0) == quiet                   # the first look: a baseline
+        assert look(100.1, 10.2, 1.1) == busy                    # others: 0.1 s of 0.1 s
+        assert look(100.2, 10.3, 1.2) == quiet                   # all of it this process's
+        assert look(105.0, 20.0, 2.0) == quiet                   # idle meanwhile: a baseline
         stat.unlink()
         p._look(105.1)
         assert (p._worker_spins.value, p._caller_spins.value) == quiet
