@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import sys
 import threading
+import time
 import weakref
 
 import numpy as np
@@ -205,8 +206,15 @@ class CpuProgram:
         return kernels[:3 * k].reshape(k, 3), chunks[:4 * k * c].reshape(k, c, 4)
 
     def run(self, args: tuple, kwargs: dict) -> list:
-        if self.on_pool:
-            self._pool.watch()
+        if not self.on_pool:
+            return self._dispatch(args, kwargs)
+        start = time.monotonic()
+        try:
+            return self._dispatch(args, kwargs)
+        finally:
+            self._pool.watch(start, time.monotonic())
+
+    def _dispatch(self, args: tuple, kwargs: dict) -> list:
         if self._entry is not None and not self.poison_arena:
             if kwargs and not args and len(kwargs) == len(self._names):
                 try:

@@ -191,8 +191,8 @@ def test_workers_spin_briefly_while_other_processes_keep_the_cpus_busy(tmp_path,
                                                                         monkeypatch):
     """Every LOOK_S seconds a run reads how much CPU time other processes took on the
     CPUs this one may use (/proc/stat less this process's own): over BUSY_OTHERS CPUs,
-    the pool's threads spin BUSY_SPINS rounds; else as many as a quiet machine pays
-    for. Without /proc/stat nothing changes."""
+    and calls of LONG_CALL_S or more, the pool's threads spin BUSY_SPINS rounds; else as
+    many as a quiet machine pays for. Without /proc/stat nothing changes."""
     p = pools.pool()
     quiet, busy = p._spins[False], p._spins[True]
     assert busy[0] < quiet[0] and busy[1] <= quiet[1]
@@ -202,7 +202,7 @@ def test_workers_spin_briefly_while_other_processes_keep_the_cpus_busy(tmp_path,
     cpus = sorted(p._cpus) or ["cpu0"]
     monkeypatch.setattr(p, "_cpus", set(cpus))
     hz = os.sysconf("SC_CLK_TCK")
-    own = [0.0]
+    own, call_s = [0.0], [pools.LONG_CALL_S]
     monkeypatch.setattr(pools.time, "process_time", lambda: own[0])
 
     def look(now, busy_seconds, own_seconds):
@@ -210,12 +210,16 @@ def test_workers_spin_briefly_while_other_processes_keep_the_cpus_busy(tmp_path,
         stat.write_text("cpu  0 0 0 0 0 0 0 0 0 0\n" + "".join(
             f"{c} {ticks} 0 0 999 5 0 0 0 7 7\n" for c in cpus))
         own[0] = own_seconds
+        p._call_s = call_s[0]
         p._look(now)
         return p._worker_spins.value, p._caller_spins.value
     try:
         assert look(100.0, 10.0, 1.0) == quiet                   # the first look: a baseline
         assert look(100.1, 10.2, 1.1) == busy                    # others: 0.1 s of 0.1 s
         assert look(100.2, 10.3, 1.2) == quiet                   # all of it this process's
+        call_s[0] = pools.LONG_CALL_S / 10                       # short calls: spinning
+        assert look(100.3, 10.5, 1.2) == quiet                   # pays even when busy
+        call_s[0] = pools.LONG_CALL_S
         assert look(105.0, 20.0, 2.0) == quiet                   # idle meanwhile: a baseline
         stat.unlink()
         p._look(105.1)
