@@ -25,7 +25,7 @@ GRAPHC = """
 import json, sys, time
 kind, name = sys.argv[1], sys.argv[2]
 if kind == "onnx":
-    import graphc as gc, graphc.onnx as gonnx
+    import graphc.onnx as gonnx
     from bench.onnx_models import MODELS, convnext
     model, _ = dict(MODELS, convnext=convnext)[name](1)
     gonnx.import_model(model)                   # the importer's modules, imported

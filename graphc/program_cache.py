@@ -32,6 +32,7 @@ import os
 import sys
 
 from graphc_runtime import cache_store
+from graphc_runtime.dims import json_default
 
 # an artifact checks itself (its header's and every section's sha256)
 KIND = cache_store.Kind(b"GRAPHC-PROGRAM-CACHE-1\n", ".gcp", compress=False, checksum=False)
@@ -89,11 +90,9 @@ def key(graph, roots: dict, backend, options: dict) -> tuple[str | None, str]:
     foreign = _foreign_rule(_ops(graph))
     if foreign is not None:
         return None, f"not used: primitive {foreign!r} has rules from outside graphc"
-    import llvmlite
     import numpy as np
-    from graphc_runtime.cpu import host_features, llvm
+    from graphc_runtime.host import llvm_identity
     from .ir.serialize import graph_to_dict
-    b = llvm()
     settings = sorted((k, v) for k, v in os.environ.items()
                       if k.startswith("GRAPHC_") and k not in _OWN_SETTINGS)
     compile_options = sorted((k, repr(v)) for k, v in options.items())
@@ -102,18 +101,12 @@ def key(graph, roots: dict, backend, options: dict) -> tuple[str | None, str]:
             "graph": graph_to_dict(graph, include_variables=False, tensors={}),
             "roots": roots, "options": compile_options, "threads": backend.threads,
             "opt_level": backend.opt_level, "settings": settings,
-            "host": [b.get_process_triple(), b.get_host_cpu_name(), host_features()],
-            "versions": [sys.version, np.__version__, llvmlite.__version__,
-                         list(b.llvm_version_info), cache_store.source_fingerprint()],
-        }, sort_keys=True, default=_json_default)
+            "host": llvm_identity(),
+            "versions": [sys.version, np.__version__, cache_store.source_fingerprint()],
+        }, sort_keys=True, default=json_default)
     except (TypeError, ValueError) as e:
         return None, f"not used: the graph does not serialize ({e})"
-    return hashlib.sha256(KIND.magic + described.encode()).hexdigest(), ""
-
-
-def _json_default(value):
-    from graphc_runtime.dims import json_default
-    return json_default(value)
+    return cache_store.entry_name(KIND, described), ""
 
 
 def store(name: str, exe) -> None:
@@ -129,7 +122,7 @@ def store(name: str, exe) -> None:
     for stage in ("graph", "optimized", "fused", "memory", "llvm"):
         sections[f"dump/{stage}"] = exe.dump(stage).encode()
     try:
-        sections["cache/stats.json"] = json.dumps(exe.stats, default=_json_default).encode()
+        sections["cache/stats.json"] = json.dumps(exe.stats, default=json_default).encode()
         sections["cache/derived.json"] = json.dumps(info["derived"]()).encode()
         payload = artifact.encode(manifest, plan_digest.stamp_sections(manifest, sections))
     except (TypeError, ValueError):
@@ -177,7 +170,7 @@ def load(name: str, graph, rebuild, recompile):
         tensors = {f"tensor/{manifest['sections'][f'constant/{k}']['sha256']}":
                    sections[f"constant/{k}"] for k in range(len(manifest["constants"]))}
     except (GraphcError, UnicodeDecodeError, *_MALFORMED):      # checked, not trusted
-        cache_store._remove(os.path.join(cache_store.folder(), name + KIND.suffix))
+        cache_store.remove(KIND, name)
         return None
     fresh = _Fresh(recompile)
     info = {"manifest": {k: v for k, v in manifest.items()

@@ -69,6 +69,19 @@ def max_bytes() -> int:
         return DEFAULT_MAX_BYTES
 
 
+def entry_name(kind: Kind, *parts: str) -> str:
+    """An entry's name: the sha256 of the kind's magic and `parts` (what decides it)."""
+    h = hashlib.sha256(kind.magic)
+    for part in parts:
+        h.update(part.encode() + b"\0")
+    return h.hexdigest()
+
+
+def remove(kind: Kind, name: str) -> None:
+    """Drop entry `name` (one its reader found wrong)."""
+    _remove(os.path.join(folder(), name + kind.suffix))
+
+
 @functools.lru_cache(maxsize=None)
 def source_fingerprint() -> str:
     """sha256 of the source files of graphc_runtime and, where installed, graphc (about

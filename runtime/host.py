@@ -39,6 +39,15 @@ def host_features() -> str:
     return _features(llvm())
 
 
+def llvm_identity() -> tuple:
+    """What decides the code LLVM makes here, for cache keys: the host's triple, CPU
+    name and features, llvmlite's and LLVM's versions."""
+    import llvmlite
+    b = llvm()
+    return (b.get_process_triple(), b.get_host_cpu_name(), _features(b),
+            llvmlite.__version__, ".".join(map(str, b.llvm_version_info)))
+
+
 def _features(b) -> str:
     """Host CPU features; with AVX-512, let the vectorizer use the full 512-bit width."""
     features = b.get_host_cpu_features().flatten()

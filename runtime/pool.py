@@ -236,21 +236,12 @@ _CACHE_KIND = cache_store.Kind(b"GRAPHC-POOL-CACHE-1\n", ".gcn", compress=True)
 
 def _object_code() -> bytes:
     """The pool's object code for this machine: built from _pool_ir (about 25 ms), or
-    read from graphc's cache folder (runtime/cache_store.py), keyed by the pool's source,
-    its limits and spins, the host and LLVM's version."""
-    import hashlib
-    import llvmlite
-    from .host import host_features, llvm
+    read from graphc's cache folder (runtime/cache_store.py), keyed by the sources (the
+    pool's limits and spins are in them), the host and LLVM."""
+    from .host import llvm, llvm_identity
     b = llvm()
-    h = hashlib.sha256(_CACHE_KIND.magic)
-    here = os.path.dirname(os.path.abspath(__file__))
-    for name in ("pool.py", "_pool_ir.py"):
-        with open(os.path.join(here, name), "rb") as f:
-            h.update(f.read())
-    for part in (platform.machine(), b.get_process_triple(), b.get_host_cpu_name(),
-                 host_features(), llvmlite.__version__, str(b.llvm_version_info)):
-        h.update(part.encode() + b"\0")
-    name = h.hexdigest()
+    name = cache_store.entry_name(_CACHE_KIND, cache_store.source_fingerprint(),
+                                  *llvm_identity())
     code = cache_store.load(_CACHE_KIND, name)
     if code is None:
         module = b.parse_assembly(str(_module(platform.machine())))

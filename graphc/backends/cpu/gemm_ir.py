@@ -5,7 +5,6 @@ kernel, 0.37 s for the three a CNN uses)."""
 from __future__ import annotations
 
 import functools
-import hashlib
 
 import llvmlite.ir as ir
 
@@ -20,17 +19,13 @@ _CACHE_KIND = cache_store.Kind(b"GRAPHC-GEMM-CACHE-1\n", ".gcg", compress=True)
 def optimized_ir(name: str, features: str, opt_level: int) -> str:
     """The LLVM IR of the own-GEMM function `name`, keyed in the cache by graphc's
     sources, the name, the host's features and CPU, the optimization level and LLVM."""
-    import llvmlite
     from graphc_runtime.cpu import host_target_machine, llvm
+    from graphc_runtime.host import llvm_identity
 
     from ..llvm import features as llvm_features
     b = llvm()
-    h = hashlib.sha256(_CACHE_KIND.magic)
-    for part in (cache_store.source_fingerprint(), name, features, str(opt_level),
-                 b.get_host_cpu_name(), b.get_process_triple(), llvmlite.__version__,
-                 str(b.llvm_version_info)):
-        h.update(part.encode() + b"\0")
-    key = h.hexdigest()
+    key = cache_store.entry_name(_CACHE_KIND, cache_store.source_fingerprint(), name,
+                                 features, str(opt_level), *llvm_identity())
     cached = cache_store.load(_CACHE_KIND, key)
     if cached is not None:
         try:

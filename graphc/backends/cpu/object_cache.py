@@ -10,8 +10,6 @@ misses. GRAPHC_CACHE=0 turns it off (with the program cache).
 """
 from __future__ import annotations
 
-import hashlib
-
 from graphc_runtime import cache_store
 
 KIND = cache_store.Kind(b"GRAPHC-OBJECT-CACHE-1\n", ".gco", compress=True)
@@ -26,13 +24,10 @@ def key(llvm_ir: str, opt_level: int, target: dict) -> str:
     import llvmlite
     from graphc_runtime import __version__
     from graphc_runtime.cpu import llvm
-    h = hashlib.sha256()
-    for part in (KIND.magic.decode(), __version__, llvmlite.__version__,
-                 ".".join(map(str, llvm().llvm_version_info)), target["triple"],
-                 target["cpu"], target["features"], str(int(opt_level))):
-        h.update(part.encode() + b"\0")
-    h.update(llvm_ir.encode())
-    return h.hexdigest()
+    return cache_store.entry_name(KIND, __version__, llvmlite.__version__,
+                                  ".".join(map(str, llvm().llvm_version_info)),
+                                  target["triple"], target["cpu"], target["features"],
+                                  str(int(opt_level)), llvm_ir)
 
 
 def load(name: str):

@@ -128,12 +128,16 @@ def erf_f32(b: ir.IRBuilder, x, scalef: bool = False):
     return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
 
-def _declare(b, name, nargs):
+def _function(b, name, nargs):
+    """float name(float, ...) of `nargs` arguments, declared once in b's module."""
     module = b.module
-    full = name + ".f32"
-    if full in module.globals:
-        return module.globals[full]
-    return ir.Function(module, ir.FunctionType(F32, [F32] * nargs), full)
+    if name in module.globals:
+        return module.globals[name]
+    return ir.Function(module, ir.FunctionType(F32, [F32] * nargs), name)
+
+
+def _declare(b, name, nargs):
+    return _function(b, name + ".f32", nargs)
 
 
 def _unary(b, name):
@@ -145,11 +149,7 @@ def _minmax(b, name):
 
 
 def _scalef(b):
-    module = b.module
-    name = "graphc_scalef"
-    if name in module.globals:
-        return module.globals[name]
-    return ir.Function(module, ir.FunctionType(F32, [F32, F32]), name)
+    return _function(b, "graphc_scalef", 2)
 
 
 def _copysign(b):
