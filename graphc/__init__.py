@@ -23,6 +23,7 @@ bool_, int32, int64 = "bool", "int32", "int64"
 float16, bfloat16, float32, float64 = "float16", "bfloat16", "float32", "float64"
 
 from .autodiff import grad, vjp  # noqa: E402
+from .checkpoint import checkpoint  # noqa: E402
 from .control import cond, fori_loop, scan, while_loop  # noqa: E402
 from . import nn, optim  # noqa: E402
 from .compiler import compile  # noqa: E402,A001

@@ -16,6 +16,7 @@ from . import functions as F
 from .api import Tensor, as_tensor, bind
 from .tensor import constant
 from .ir import dtypes
+from .checkpoint import Recomputation
 from .control_vjp import CONTROL_RULES
 from .ir.ops.control import output_types
 from .ir.primitive import lookup
@@ -256,6 +257,7 @@ RULES = {
     "gather": lambda x, i, out, g, a: (
         bind("scatter_add", _zeros(x.shape, x.dtype, x.graph), i, g, axis=a["axis"]), None),
     "scatter_add": lambda x, i, u, out, g, a: (g, None, bind("gather", g, i, axis=a["axis"])),
+    "after": lambda x, *rest: (rest[-2],) + (None,) * (len(rest) - 3),   # deps: ordering
     "all_reduce": _collective("all_reduce"),
     "all_gather": _collective("all_gather"),
     "reduce_scatter": _collective("reduce_scatter"),
@@ -310,12 +312,16 @@ def vjp(outputs, wrt, cotangents) -> list[Tensor]:
             reaches.add(node.id)
 
     results: dict[int, dict[int, list]] = {}    # control node id -> result -> cotangents
+    recompute = Recomputation(graph)
     for node in reversed(needed):
         if node.id not in cts or node.id not in reaches or not node.inputs:
             continue
         prim = lookup(node.op)
         if not prim.differentiable or not _differentiable(node):
             continue
+        region = recompute.region_of(node)
+        if region is not None:        # gc.checkpoint: rules read recomputed values
+            recompute.start(region, _region_cotangents(cts, recompute, region))
         if node.op == "get":           # a control node's result: collect per result
             src = node.inputs[0]
             results.setdefault(src.id, {}).setdefault(node.attrs["index"], []).extend(
@@ -325,7 +331,7 @@ def vjp(outputs, wrt, cotangents) -> list[Tensor]:
         if node.op in CONTROL_RULES:
             per = results.get(node.id, {})
             count = len(output_types(node))
-            grads = CONTROL_RULES[node.op](node, [_accumulate(per[k]) if per.get(k) else None
+            grads = CONTROL_RULES[node.op](recompute.copy(node), [_accumulate(per[k]) if per.get(k) else None
                                                   for k in range(count)], vjp)
         else:
             g = _accumulate(cts[node.id])
@@ -333,8 +339,8 @@ def vjp(outputs, wrt, cotangents) -> list[Tensor]:
             rule = RULES.get(node.op)
             if rule is None:
                 raise GraphcError(f"no differentiation rule for primitive {node.op!r}", loc)
-            ins = [Tensor(i) for i in node.inputs]
-            grads = rule(*ins, Tensor(node), g, node.attrs)
+            ins = [Tensor(recompute.copy(i)) for i in node.inputs]
+            grads = rule(*ins, Tensor(recompute.copy(node)), g, node.attrs)
         for i, gi in zip(node.inputs, grads):
             if gi is None or i.id not in reaches or not _differentiable(i):
                 continue
@@ -348,6 +354,17 @@ def vjp(outputs, wrt, cotangents) -> list[Tensor]:
         parts = cts.get(t.node.id)
         result.append(_accumulate(parts) if parts else _zeros(t.shape, t.dtype, graph))
     return result
+
+
+def _region_cotangents(cts, recompute, region) -> list:
+    """The cotangents reaching a checkpointed region when the backward pass gets there
+    (each summed once, in place): what its recomputation is ordered after."""
+    deps = []
+    for nid in sorted(cts):
+        if region[0] <= nid < region[1] and cts[nid]:
+            cts[nid] = [_accumulate(cts[nid])]
+            deps.append(cts[nid][0].node)
+    return deps
 
 
 def _accumulate(parts: list[Tensor]) -> Tensor:

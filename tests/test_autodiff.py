@@ -184,7 +184,8 @@ def test_every_differentiable_primitive_has_a_rule_and_test():
                                 "reduce_min", "reduce_prod", "dot_general", "conv", "gather",
                                 "scatter_add", "all_reduce", "all_gather", "reduce_scatter",
                                 "scan", "cond", "while", "get",   # in test_control_flow.py
-                                "window_view"}                    # test_conv_in_place.py
+                                "window_view",                    # test_conv_in_place.py
+                                "after"}                          # test_checkpoint.py
     assert tested_here == differentiable
 
 

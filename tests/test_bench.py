@@ -61,3 +61,14 @@ def test_fma_peak_runs_and_its_loop_computes(capsys):
     assert fma_peak.peak(8, accumulators=4, rounds=10_000, threads=2) > 0
     fma_peak.main(["--rounds", "10000"])
     assert "GFLOP/s" in capsys.readouterr().out
+
+
+def test_recompute_bench_runs_and_checkpointing_shrinks_the_arena(capsys):
+    from bench.recompute import main as recompute_main
+    assert recompute_main(["--layers", "2", "--hidden", "64", "--seq", "32", "--batch", "2",
+                           "--vocab", "128", "--repeat", "1"]) == 0
+    printed = capsys.readouterr().out
+    first = printed.split("first-step loss: plain ")[1]
+    assert first.split(",")[0] == first.split("checkpointed ")[1].split()[0]
+    lower = int(printed.split("MiB (")[1].split("%")[0])
+    assert lower > 20, printed

@@ -158,6 +158,7 @@ for _op, _rule in {
         index, node.shape, node.inputs[0].shape)),
     "transpose": _transpose, "slice": _slice, "window_view": _window_view,
     "reverse": _reverse, "rng": _rng,
+    "after": lambda b, node, index: b.value(node.inputs[0], index),
 }.items():
     register_expression(_op)(_rule)
 

@@ -1,3 +1,3 @@
 """Importing this package registers every primitive."""
-from . import (collectives, control, elementwise, indexing, linalg, reduce, rng,  # noqa: F401
-               shape, sources, winograd)
+from . import (collectives, control, elementwise, indexing, linalg, ordering,  # noqa: F401
+               reduce, rng, shape, sources, winograd)
