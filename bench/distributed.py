@@ -1,7 +1,9 @@
-"""Data-parallel MLP step (784-512-512-10, Adam, global batch 256) on N ranks.
+"""Data-parallel MLP step (784-512-512-10, Adam, global batch 256) on N ranks: plain data
+parallelism and with the optimizer state sharded (ZeRO 1 and 2).
 
-Run: mpiexec --allow-run-as-root -n 2 python bench/distributed.py   (and with -n 1)
-Prints the median step time and the bytes all-reduced per step (rank 0).
+Run: mpiexec --allow-run-as-root -n 2 python -m bench.distributed   (and with -n 1)
+Prints, on rank 0, each variant's median step time, its optimizer state per rank as a
+fraction of plain data parallelism's, and the bytes all-reduced per step.
 """
 from __future__ import annotations
 
@@ -13,12 +15,9 @@ import numpy as np
 import graphc as gc
 
 
-def main():
-    rank, size = gc.distributed.rank(), gc.distributed.size()
-    batch = 256 // size
-    dp = gc.distributed.DataParallel()
-    g = gc.Graph("dp_mlp")
-    with g:
+def build(batch: int, zero: int):
+    dp = gc.distributed.DataParallel(zero=zero)
+    with gc.Graph("dp_mlp"):
         x = gc.placeholder((batch, 784), name="x")
         y = gc.placeholder((batch,), "int32", name="y")
         params, h = [], x
@@ -31,23 +30,40 @@ def main():
             if k < 2:
                 h = gc.relu(h)
         loss = gc.nn.softmax_cross_entropy(h, y).mean()
-        grads = dp.gradients(loss, params)
-        step = gc.compile({"loss": loss}, updates=gc.optim.adam(loss, params, grads=grads),
-                          distributed=dp)
-    reduced = sum(int(np.prod(p.shape)) * 4 for p in params) if size > 1 else 0
+        updates = dp.optimize(gc.optim.adam, loss, params)
+        step = gc.compile({"loss": loss}, updates=updates, distributed=dp)
+    return step, sum(int(np.prod(p.shape)) * 4 for p in params)
+
+
+def main():
+    rank, size = gc.distributed.rank(), gc.distributed.size()
+    batch = 256 // size
     rng = np.random.default_rng(rank)
     xb = rng.standard_normal((batch, 784)).astype(np.float32)
     yb = rng.integers(0, 10, batch).astype(np.int32)
-    for _ in range(5):
-        step(xb, yb)
-    times = []
-    for _ in range(30):
-        t = time.perf_counter()
-        step(xb, yb)
-        times.append(time.perf_counter() - t)
+    results = {}
+    for zero in (0, 1, 2):
+        step, param_bytes = build(batch, zero)
+        for _ in range(5):
+            step(xb, yb)
+        times = []
+        for _ in range(30):
+            t = time.perf_counter()
+            step(xb, yb)
+            times.append(time.perf_counter() - t)
+        results[zero] = (statistics.median(times), step.stats["memory"])
     if rank == 0:
-        print(f"{size} rank(s), local batch {batch}: step {statistics.median(times) * 1e3:.2f} ms, "
-              f"{reduced / 1e6:.2f} MB all-reduced per step")
+        reduced = param_bytes if size > 1 else 0
+        plain_t, plain_m = results[0]
+        print(f"{size} rank(s), local batch {batch}, {param_bytes / 1e6:.2f} MB of parameters, "
+              f"{reduced / 1e6:.2f} MB reduced per step")
+        for zero, (t, m) in results.items():
+            name = "plain data parallel" if zero == 0 else f"ZeRO-{zero}"
+            print(f"  {name:20s} step {t * 1e3:7.2f} ms ({t / plain_t:.2f}x plain), optimizer "
+                  f"state {m['optimizer_state'] / 1e6:.2f} MB per rank "
+                  f"({m['optimizer_state'] / plain_m['optimizer_state']:.3f} of plain, "
+                  f"1/N = {1 / size:.3f}), master shard {m['master_shards'] / 1e6:.2f} MB, "
+                  f"arena {m['arena'] / 1e6:.2f} MB")
 
 
 if __name__ == "__main__":

@@ -54,3 +54,54 @@ def test_digits_example_runs_on_two_ranks():
     r = run_mpi(script, args=("--epochs", "3"))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "2 processes" in r.stdout and "test accuracy" in r.stdout
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_sharded_optimizer_state_matches_one_process_on_2_and_4_ranks(ranks):
+    r = run_mpi(os.path.join(HERE, "mpi", "zero_check.py"), n=ranks)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for k in range(ranks):
+        assert f"zero ok {k}" in r.stdout
+
+
+def _zero_model(zero, dtypes=("float64", "float64")):
+    with gc.Graph():
+        x = gc.placeholder((6, 5), "float64", name="x")
+        rng = np.random.default_rng(0)
+        w = gc.variable(rng.standard_normal((5, 3)).astype(dtypes[0]), name="w")
+        b = gc.variable(np.zeros(3, dtypes[1]), name="b")
+        loss = (gc.tanh(x @ gc.cast(w, "float64") + gc.cast(b, "float64")) ** 2).mean()
+        dp = gc.distributed.DataParallel(zero=zero)
+        updates = dp.optimize(gc.optim.adam, loss, [w, b], lr=0.05)
+        exe = gc.compile(loss, updates=updates, distributed=dp)
+    xv = np.random.default_rng(1).standard_normal((6, 5))
+    losses = [float(exe(xv)) for _ in range(4)]
+    return losses, exe
+
+
+@pytest.mark.parametrize("zero", [1, 2])
+def test_sharded_optimizer_on_one_process_is_plain_training_also_with_two_dtypes(zero):
+    for dtypes in (("float64", "float64"), ("float32", "float64")):
+        want, plain = _zero_model(0, dtypes)
+        got, sharded = _zero_model(zero, dtypes)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+        for k in ("w", "b"):
+            np.testing.assert_allclose(sharded.variables[k], plain.variables[k], rtol=1e-5)
+        memory = sharded.stats["memory"]
+        assert memory["zero"] == zero and memory["processes"] == 1
+        assert memory["master_shards"] == sum(sharded.variables[k].nbytes for k in ("w", "b"))
+        masters = [k for k in sharded.variables if k.startswith("zero/master/") and k.count("/") == 2]
+        assert len(masters) == len(set(dtypes))
+
+
+def test_sharded_optimizer_refuses_bad_settings():
+    with pytest.raises(gc.GraphcError, match="zero must be 0, 1 or 2"):
+        gc.distributed.DataParallel(zero=3)
+    with gc.Graph():
+        w = gc.variable(np.ones(3), name="w")
+        loss = (w * w).sum()
+        dp = gc.distributed.DataParallel(zero=1)
+        with pytest.raises(gc.GraphcError, match="do not pass grads="):
+            dp.optimize(gc.optim.sgd, loss, [w], lr=0.1, grads=[w])
+        with pytest.raises(gc.GraphcError, match="must be variables"):
+            dp.optimize(gc.optim.sgd, loss, [w * 2.0], lr=0.1)

@@ -10,9 +10,9 @@ import hashlib
 from graphc_runtime import collectives as _coll
 from graphc_runtime.errors import GraphcError
 
-from . import functions as F
-from .api import Tensor, bind
-from .ir.serialize import dumps
+from .. import functions as F
+from ..api import Tensor, bind
+from ..ir.serialize import dumps
 
 
 def size() -> int:
@@ -79,7 +79,7 @@ class TensorParallel:
         self.world = size()
 
     def gradients(self, loss: Tensor, sharded, replicated=()) -> tuple[list, list]:
-        from .autodiff import grad
+        from ..autodiff import grad
         sharded, replicated = list(sharded), list(replicated)
         grads = grad(loss * (1.0 / self.world), sharded + replicated)
         g_sharded, g_repl = grads[:len(sharded)], grads[len(sharded):]
@@ -115,24 +115,65 @@ class DataParallel:
     in a few flat buckets (gradients concatenated up to `bucket_bytes` each). Pass it to
     gc.compile(..., distributed=dp): the compile checks that every process built the same
     graph for the same number of processes, and copies rank 0's initial variables to all.
+
+    `DataParallel(zero=1 | 2)` shards the optimizer's state (graphc/distributed/zero.py):
+    `updates = dp.optimize(gc.optim.adam, loss, params, lr=...)` keeps 1/N of the state
+    and of the parameters' master copy on each process (stage 1 all-reduces the
+    gradients, stage 2 reduce-scatters them). `exe.stats["memory"]` gives this process's
+    bytes of parameters, optimizer state and arena.
     """
 
-    def __init__(self, bucket_bytes: int = 32 << 20):
+    def __init__(self, bucket_bytes: int = 32 << 20, zero: int = 0):
+        if zero not in (0, 1, 2):
+            raise GraphcError(f"DataParallel: zero must be 0, 1 or 2, got {zero!r}")
         self.bucket_bytes = bucket_bytes
         self.world = size()
+        self.zero = zero
+        self.params: dict = {}            # node id -> parameter Tensor (for stats)
+        self.shards: list = []
 
     def gradients(self, loss: Tensor, params) -> list:
-        from .autodiff import grad
-        grads = grad(loss, list(params))
+        from ..autodiff import grad
+        params = list(params)
+        self._record(params)
+        grads = grad(loss, params)
         if self.world == 1:
             return grads
         return _bucketed_all_reduce(grads, "mean", self.world, self.bucket_bytes)
 
+    def optimize(self, optimizer, loss: Tensor, params, **kwargs) -> dict:
+        """The updates of `optimizer` (gc.optim.sgd, momentum, adam: called with the
+        averaged gradients and `kwargs`), for gc.compile(..., updates=, distributed=dp)."""
+        params = list(params)
+        if not self.zero:
+            return optimizer(loss, params, grads=self.gradients(loss, params), **kwargs)
+        from .zero import sharded_updates
+        updates = sharded_updates(self, optimizer, loss, params, kwargs)
+        self._record(params)
+        return updates
+
+    def _record(self, params) -> None:
+        self.params.update({p.node.id: p for p in params if isinstance(p, Tensor)})
+
     def setup(self, exe, program) -> None:
-        """Refuse mismatched processes; give every process rank 0's variables."""
+        """Refuse mismatched processes; give every process rank 0's variables (each its
+        own shards of the sharded ones); report memory per process."""
+        from . import zero
         _check_same_program(self.world, program)
-        if self.world == 1:
-            return
-        c = _coll.comm()
-        for name in exe.variables:
-            c.Bcast(dict.__getitem__(exe.variables, name), root=0)
+        sharded = zero.sharded_names(self)
+        if self.world > 1:
+            c = _coll.comm()
+            for name in exe.variables:
+                if name not in sharded:
+                    c.Bcast(dict.__getitem__(exe.variables, name), root=0)
+        zero.initialize(self, exe, rank())
+        params = {p.name for p in self.params.values()}
+        masters = {s.master for s in self.shards}
+        nbytes = {name: dict.__getitem__(exe.variables, name).nbytes for name in exe.variables}
+        exe.stats["memory"] = {
+            "rank": rank(), "processes": self.world, "zero": self.zero,
+            "parameters": sum(b for n, b in nbytes.items() if n in params),
+            "master_shards": sum(b for n, b in nbytes.items() if n in masters),
+            "optimizer_state": sum(b for n, b in nbytes.items()
+                                   if n not in params and n not in masters),
+            "arena": exe.stats.get("arena_bytes", 0)}
