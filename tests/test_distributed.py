@@ -105,3 +105,34 @@ def test_sharded_optimizer_refuses_bad_settings():
             dp.optimize(gc.optim.sgd, loss, [w], lr=0.1, grads=[w])
         with pytest.raises(gc.GraphcError, match="must be variables"):
             dp.optimize(gc.optim.sgd, loss, [w * 2.0], lr=0.1)
+
+
+def test_a_hung_rank_makes_the_others_fail_naming_it_and_the_collective(monkeypatch):
+    monkeypatch.setenv("GRAPHC_COLLECTIVE_TIMEOUT", "3")
+    r = run_mpi(os.path.join(HERE, "mpi", "fault_check.py"), args=("hang",), timeout=120)
+    assert r.returncode != 0
+    line = [s for s in r.stdout.splitlines() if s.startswith("rank 0 after")]
+    assert line, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "all_reduce (mean)" in line[0] and "rank(s) [1] did not arrive" in line[0]
+    assert float(line[0].split("after ")[1].split(" s")[0]) < 30
+
+
+def test_a_dead_rank_ends_the_job_and_a_shape_mismatch_is_refused_before_a_step():
+    r = run_mpi(os.path.join(HERE, "mpi", "fault_check.py"), args=("dies",), timeout=120)
+    assert r.returncode != 0 and "no error" not in r.stdout
+    r = run_mpi(os.path.join(HERE, "mpi", "fault_check.py"), args=("shape",), timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "refused 0: rank(s) [1] built a different graph" in r.stdout
+    assert "refused 1" in r.stdout
+
+
+def test_collective_timeout_setting_is_checked(monkeypatch):
+    from graphc_runtime import collectives
+    monkeypatch.setenv("GRAPHC_COLLECTIVE_TIMEOUT", "soon")
+    with pytest.raises(gc.GraphcError, match="must be a number of seconds"):
+        collectives.timeout_seconds()
+    monkeypatch.setenv("GRAPHC_COLLECTIVE_TIMEOUT", "0")
+    with pytest.raises(gc.GraphcError, match="must be positive"):
+        collectives.timeout_seconds()
+    monkeypatch.delenv("GRAPHC_COLLECTIVE_TIMEOUT")
+    assert collectives.timeout_seconds() == 300

@@ -100,7 +100,8 @@ def _check_same_program(world: int, program) -> None:
                           f"processes, this run has {c.Get_size()}")
     text = dumps(program.graph, program.roots(), include_variables=False)
     digest = hashlib.sha256(text.encode()).hexdigest()
-    digests = c.allgather(digest)
+    digests = [d.decode() for d in _coll.digests_of_all(digest.encode(),
+                                                         "the graph-hash check")]
     differ = [r for r, d in enumerate(digests) if d != digests[0]]
     if differ:
         raise GraphcError(f"rank(s) {differ} built a different graph than rank 0 "
@@ -162,10 +163,10 @@ class DataParallel:
         _check_same_program(self.world, program)
         sharded = zero.sharded_names(self)
         if self.world > 1:
-            c = _coll.comm()
             for name in exe.variables:
                 if name not in sharded:
-                    c.Bcast(dict.__getitem__(exe.variables, name), root=0)
+                    _coll.broadcast(dict.__getitem__(exe.variables, name),
+                                    f"the broadcast of variable {name!r}")
         zero.initialize(self, exe, rank())
         params = {p.name for p in self.params.values()}
         masters = {s.master for s in self.shards}
