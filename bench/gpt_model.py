@@ -44,7 +44,7 @@ def attention(x, wqkv, wproj, heads: int):
     b, s, d = x.shape
     qkv = gc.reshape(x @ wqkv, (b, s, 3, heads, d // heads))
     q, k, v = (gc.transpose(qkv[:, :, i], (0, 2, 1, 3)) for i in range(3))
-    scores = (q @ gc.swapaxes(k, 2, 3)) * (1.0 / np.sqrt(d // heads))
+    scores = (q @ gc.swapaxes(k, 2, 3)) * float(1.0 / np.sqrt(d // heads))
     mask = np.triu(np.full((s, s), -1e9, np.dtype(x.dtype)), 1)
     att = gc.softmax(scores + gc.constant(mask), axis=-1)
     out = gc.reshape(gc.transpose(att @ v, (0, 2, 1, 3)), (b, s, d))

@@ -197,16 +197,17 @@ def _concatenate(*args):
 def _collective(op):
     def rule(x, out, g, attrs):
         n = attrs["axis_size"]
+        group = {"group": attrs["group"]} if attrs.get("group") is not None else {}
         if op == "all_reduce":
-            total = bind("all_reduce", g, op="sum", axis_size=n)
+            total = bind("all_reduce", g, op="sum", axis_size=n, **group)
             if attrs["op"] == "sum":
                 return (total,)
             if attrs["op"] == "mean":
                 return (total * (1.0 / n),)
             return (F.where(x == out, total, 0.0),)
         if op == "all_gather":
-            return (bind("reduce_scatter", g, axis=attrs["axis"], axis_size=n),)
-        return (bind("all_gather", g, axis=attrs["axis"], axis_size=n),)
+            return (bind("reduce_scatter", g, axis=attrs["axis"], axis_size=n, **group),)
+        return (bind("all_gather", g, axis=attrs["axis"], axis_size=n, **group),)
     return rule
 
 

@@ -31,6 +31,15 @@ class Executable:
         """Current values of the variables (live arrays; updated in place by each call)."""
         return self._native.variables
 
+    def share_variables(self, other: "Executable") -> None:
+        """Read and write `other`'s variables (those of the same names) instead of this
+        executable's own copies: several programs over one model's state."""
+        adopt = getattr(self._native, "adopt_variables", None)
+        if adopt is None or not hasattr(other._native, "adopt_variables"):
+            raise CompileError(f"share_variables: only CPU executables share variables "
+                               f"(this one runs on {self.device})")
+        adopt({name: dict.__getitem__(other.variables, name) for name in other.variables})
+
     @property
     def input_names(self) -> list:
         return [e[0] for e in self._native.signature.inputs]

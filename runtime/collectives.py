@@ -78,6 +78,26 @@ def check_size(op: str, axis_size: int) -> None:
                           f"{size}; run with mpiexec -n {axis_size}")
 
 
+_groups: dict = {}
+
+
+def comm_of(op: str, attrs: dict):
+    """The communicator a collective runs on: the world's, or its `group` of world ranks
+    (made once per group, collectively over that group's members only)."""
+    group = attrs.get("group")
+    if group is None:
+        check_size(op, attrs["axis_size"])
+        return comm()
+    group = tuple(int(r) for r in group)
+    world = comm()
+    if max(group) >= world.Get_size() or world.Get_rank() not in group:
+        raise GraphcError(f"{op} over processes {list(group)}: this is rank "
+                          f"{world.Get_rank()} of {world.Get_size()}")
+    if group not in _groups:
+        _groups[group] = world.Create_group(world.Get_group().Incl(list(group)))
+    return _groups[group]
+
+
 def timeout_seconds() -> float:
     value = os.environ.get("GRAPHC_COLLECTIVE_TIMEOUT", "300")
     try:
@@ -140,9 +160,9 @@ def _missing(what: str, limit: float) -> None:
 def run(op: str, attrs: dict, src: np.ndarray, dst: np.ndarray) -> None:
     """dst = op(src across all ranks); src and dst are contiguous arrays."""
     global _count
-    c = comm()                       # a GraphcError naming the extra when mpi4py is missing
+    comm()                           # a GraphcError naming the extra when mpi4py is missing
     from mpi4py import MPI
-    check_size(op, attrs["axis_size"])
+    c = comm_of(op, attrs)
     _side_comm()                     # made by every rank at its first collective
     _count += 1
     size = c.Get_size()
@@ -183,10 +203,28 @@ def digests_of_all(digest: bytes, what: str) -> list[bytes]:
     return [row.tobytes() for row in every]
 
 
-def broadcast(array: np.ndarray, what: str) -> None:
-    """Rank 0's `array` into every rank's, in place, with the deadline."""
+def broadcast(array: np.ndarray, what: str, root: int = 0) -> None:
+    """Rank `root`'s `array` into every rank's, in place, with the deadline."""
     global _count
     c = comm()
     _side_comm()
     _count += 1
-    _wait(c.Ibcast(array, root=0), what)
+    _wait(c.Ibcast(array, root=root), what)
+
+
+def send(array: np.ndarray, dest: int, tag: int):
+    """Start sending contiguous `array` to rank `dest`; the caller keeps the array alive
+    until the returned request completes (see wait_all)."""
+    return comm().Isend(array, dest=dest, tag=tag)
+
+
+def receive(array: np.ndarray, source: int, tag: int, what: str) -> np.ndarray:
+    """Receive into contiguous `array` from rank `source`, with the deadline."""
+    _side_comm()
+    _wait(comm().Irecv(array, source=source, tag=tag), what)
+    return array
+
+
+def wait_all(requests: list, what: str) -> None:
+    for request in requests:
+        _wait(request, what)

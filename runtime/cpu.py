@@ -189,6 +189,25 @@ class CpuProgram:
         if signature.symbols:
             self._prepare_symbolic()
 
+    def adopt_variables(self, arrays: dict) -> None:
+        """Use `arrays` (name -> array of the same shape and dtype, e.g. another program's
+        live variables) as this program's variables of those names: programs that run
+        different steps of one model (a pipeline stage's forward, backward and update)
+        then read and write one copy."""
+        with self.lock:
+            first = 1 + len(self.signature.inputs) + len(self.signature.outputs)
+            for k, name in enumerate(self.variables):
+                if name not in arrays:
+                    continue
+                mine, theirs = dict.__getitem__(self.variables, name), arrays[name]
+                if not isinstance(theirs, np.ndarray) or theirs.shape != mine.shape or \
+                        theirs.dtype != mine.dtype or not theirs.flags.c_contiguous:
+                    raise FeedError(f"variable {name!r}: cannot share an array other than "
+                                    f"a C-contiguous {mine.dtype} {mine.shape}")
+                dict.__setitem__(self.variables, name, theirs)
+                self._fixed[first + k] = theirs.ctypes.data
+            self._written[1:] = [(v.ctypes.data, v.nbytes) for v in dict.values(self.variables)]
+
     def profile_timestamps(self):
         """(kernels [K, 3]: start, end, CPU ns of the calling thread; chunks [K, C, 4]:
         start, end, thread, CPU ns) int64 nanoseconds (CLOCK_MONOTONIC; CPU time by

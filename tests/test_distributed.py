@@ -136,3 +136,80 @@ def test_collective_timeout_setting_is_checked(monkeypatch):
         collectives.timeout_seconds()
     monkeypatch.delenv("GRAPHC_COLLECTIVE_TIMEOUT")
     assert collectives.timeout_seconds() == 300
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_pipeline_parallel_training_matches_one_process_on_2_and_4_ranks(ranks):
+    r = run_mpi(os.path.join(HERE, "mpi", "pipeline_check.py"), n=ranks)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for k in range(ranks):
+        assert f"pipeline ok {k}" in r.stdout
+    if ranks == 4:
+        assert "2 stages x 2 replicas" in r.stdout
+
+
+def _stacked_mlp(batch, boundaries, skip=False, tie=False):
+    x = gc.placeholder((batch, 5), "float64", name="x")
+    rng = np.random.default_rng(0)
+    ws = [gc.variable(rng.standard_normal((5, 5)) * 0.5, name=f"w{k}") for k in range(3)]
+    if tie:
+        ws[2] = ws[0]
+    h = x
+    for k, w in enumerate(ws):
+        h = gc.tanh(h @ w) + (first if skip and k == 2 else 0.0)
+        first = h if k == 0 else first          # a value of stage 0 (skip: read in 2)
+        if boundaries and k < 2:
+            h = gc.distributed.stage_boundary(h)
+    return (h * h).mean(), list(dict.fromkeys(ws, None)) if not tie else ws[:2]
+
+
+@pytest.mark.parametrize("schedule,recompute", [("1f1b", False), ("gpipe", False),
+                                                ("1f1b", True)])
+def test_pipeline_on_one_process_runs_every_stage_and_equals_plain_training(schedule, recompute):
+    rng = np.random.default_rng(1)
+    batches = [rng.standard_normal((12, 5)) for _ in range(4)]
+    with gc.Graph():
+        loss, params = _stacked_mlp(12, False)
+        plain = gc.compile(loss, updates=gc.optim.adam(loss, params, lr=0.05))
+        want = [float(plain(b)) for b in batches]
+    with gc.Graph():
+        loss, params = _stacked_mlp(3, True)
+        step = gc.distributed.Pipeline(4, schedule, recompute).compile(
+            loss, params, gc.optim.adam, lr=0.05)
+        got = [float(step(x=b)["loss"]) for b in batches]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    for k in ("w0", "w1", "w2"):
+        np.testing.assert_allclose(step.variables[k], plain.variables[k], rtol=1e-10)
+    assert step.stats["stages"] == [0, 1, 2] and step.stats["microbatches"] == 4
+    with pytest.raises(gc.GraphcError, match="must hold 4 micro-batches"):
+        step(x=batches[0][:10])
+    with pytest.raises(gc.GraphcError, match="missing input"):
+        step(y=batches[0])
+
+
+def test_pipeline_refuses_values_crossing_stages_and_bad_settings():
+    with gc.Graph():
+        loss, params = _stacked_mlp(3, True, skip=True)
+        with pytest.raises(gc.GraphcError, match="only through stage_boundary"):
+            gc.distributed.Pipeline(2).compile(loss, params, gc.optim.sgd, lr=0.1)
+    with gc.Graph():
+        loss, params = _stacked_mlp(3, True, tie=True)
+        with pytest.raises(gc.GraphcError, match="a variable belongs to one stage"):
+            gc.distributed.Pipeline(2).compile(loss, params, gc.optim.sgd, lr=0.1)
+    with pytest.raises(gc.GraphcError, match="microbatches must be a positive int"):
+        gc.distributed.Pipeline(0)
+    with pytest.raises(gc.GraphcError, match="schedule must be one of"):
+        gc.distributed.Pipeline(2, "interleaved")
+    with pytest.raises(gc.GraphcError, match="expected a Tensor"):
+        gc.distributed.stage_boundary(3.0)
+
+
+def test_pipeline_stage_boundary_is_the_identity_without_a_pipeline():
+    with gc.Graph():
+        x = gc.placeholder((2, 3), name="x")
+        y = gc.distributed.stage_boundary(gc.exp(x)) * 2.0
+        (g,) = gc.grad(y.sum(), [x])
+        xv = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+        out, gx = gc.compile([y, g])(xv)
+        np.testing.assert_allclose(out, 2 * np.exp(xv), rtol=1e-6)
+        np.testing.assert_allclose(gx, 2 * np.exp(xv), rtol=1e-6)

@@ -39,6 +39,20 @@ def reduce_scatter(x: Tensor, axis: int = 0) -> Tensor:
     return bind("reduce_scatter", x, axis=axis % x.ndim, axis_size=size())
 
 
+def stage_boundary(x: Tensor) -> Tensor:
+    """x, marked as the end of one pipeline stage and the input of the next (see
+    Pipeline); without a pipeline it is x."""
+    from .pipeline import stage_boundary as mark
+    return mark(x)
+
+
+def Pipeline(microbatches: int, schedule: str = "1f1b", recompute: bool = False):  # noqa: N802
+    """Pipeline-parallel training over stages marked by stage_boundary
+    (graphc/distributed/pipeline.py)."""
+    from .pipeline import Pipeline as cls
+    return cls(microbatches, schedule, recompute)
+
+
 def _bucketed_all_reduce(grads: list, op: str, world: int, bucket_bytes: int) -> list:
     """all_reduce(op) of every gradient, through a few flat buffers (concatenated up to
     `bucket_bytes` each, one dtype per bucket)."""

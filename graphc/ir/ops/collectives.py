@@ -1,8 +1,9 @@
 """Collectives across `axis_size` processes: all_reduce, all_gather, reduce_scatter.
 
-The graph records the number of participants so shapes stay static. With axis_size 1
-each collective is the identity; with more, the reference runs it through MPI's world
-communicator (graphc_runtime.collectives).
+The graph records the number of participants so shapes stay static, and optionally
+`group`, the world ranks taking part (default: all of them). With axis_size 1 each
+collective is the identity; with more, the reference runs it through MPI
+(graphc_runtime.collectives).
 """
 from __future__ import annotations
 
@@ -19,6 +20,12 @@ def _size(attrs):
     n = attrs["axis_size"]
     if not isinstance(n, int) or n < 1:
         raise ShapeError(f"axis_size must be a positive int, got {n!r}")
+    group = attrs.get("group")
+    if group is not None:
+        if not isinstance(group, tuple) or len(group) != n or len(set(group)) != n or \
+                not all(isinstance(r, int) and r >= 0 for r in group):
+            raise ShapeError(f"group must be a tuple of {n} distinct process ranks "
+                             f"(axis_size), got {group!r}")
     return n
 
 
