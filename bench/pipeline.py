@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import statistics
 
-import numpy as np
 
 import graphc as gc
 
-from .gpt_model import Config, batch, block, init_params
+from .gpt_model import Config, batch, init_params, loss_fn
 
 
 def build(cfg: Config, micro: int, m: int, schedule: str, stages: int, recompute: bool):
@@ -22,14 +21,7 @@ def build(cfg: Config, micro: int, m: int, schedule: str, stages: int, recompute
         tokens = gc.placeholder((micro, cfg.seq), "int32", name="tokens")
         targets = gc.placeholder((micro, cfg.seq), "int32", name="targets")
         p = {k: gc.variable(v, name=k) for k, v in init_params(cfg).items()}
-        x = gc.take(p["embed"], tokens, axis=0) + p["pos"]
-        per = cfg.layers // stages
-        for k in range(cfg.layers):
-            x = block(x, p, k, cfg.heads)
-            if (k + 1) % per == 0 and k < cfg.layers - 1:
-                x = gc.distributed.stage_boundary(x)
-        x = gc.nn.layer_norm(x, p["lnf_g"], p["lnf_b"])
-        loss = gc.nn.softmax_cross_entropy(x @ p["head"], targets).mean()
+        loss = loss_fn(tokens, targets, p, cfg, stages=stages)
         pipe = gc.distributed.Pipeline(m, schedule, recompute)
         return pipe.compile(loss, list(p.values()), gc.optim.adam, lr=1e-3)
 

@@ -45,6 +45,16 @@ def checkpoint(fn):
     return wrapped
 
 
+def copy_regions(old: Graph, new: Graph, mapping: dict) -> None:
+    """Mark in `new` the checkpointed regions of `old` whose nodes `mapping` (old id ->
+    new node) copied, in the same order (a copy keeps a region's nodes together)."""
+    for start, end in _REGIONS.get(old, ()):
+        ids = [mapping[i].id for i in range(start, end)
+               if i in mapping and mapping[i].graph is new and old.nodes[i].inputs]
+        if ids:
+            _REGIONS.setdefault(new, []).append((min(ids), max(ids) + 1))
+
+
 class Recomputation:
     """The checkpointed regions of one graph during one vjp: which region a node is in,
     and each region's nodes recomputed once the backward pass reaches it."""

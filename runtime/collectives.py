@@ -203,13 +203,15 @@ def digests_of_all(digest: bytes, what: str) -> list[bytes]:
     return [row.tobytes() for row in every]
 
 
-def broadcast(array: np.ndarray, what: str, root: int = 0) -> None:
-    """Rank `root`'s `array` into every rank's, in place, with the deadline."""
+def broadcast(array: np.ndarray, what: str, group: tuple | None = None) -> None:
+    """The first rank's (of `group`, default all) `array` into every other's, in place,
+    with the deadline."""
     global _count
-    c = comm()
+    c = comm_of("broadcast", {"group": group, "axis_size": len(group) if group else
+                              comm().Get_size()})
     _side_comm()
     _count += 1
-    _wait(c.Ibcast(array, root=root), what)
+    _wait(c.Ibcast(array, root=0), what)
 
 
 def send(array: np.ndarray, dest: int, tag: int):

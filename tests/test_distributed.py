@@ -213,3 +213,55 @@ def test_pipeline_stage_boundary_is_the_identity_without_a_pipeline():
         out, gx = gc.compile([y, g])(xv)
         np.testing.assert_allclose(out, 2 * np.exp(xv), rtol=1e-6)
         np.testing.assert_allclose(gx, 2 * np.exp(xv), rtol=1e-6)
+
+
+EXAMPLE = os.path.join(HERE, "..", "examples", "train_parallel.py")
+
+
+def _last_difference(stdout: str) -> float:
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith("max difference from one process: "), stdout[-2000:]
+    return float(last.split(": ")[1])
+
+
+def test_parallel_example_in_one_process_runs_the_stages_and_matches():
+    r = subprocess.run([sys.executable, EXAMPLE, "--pp", "2", "--checkpoint", "--check",
+                        "--steps", "5"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "stage(s) [0, 1]" in r.stdout
+    assert _last_difference(r.stdout) <= 1e-9
+
+
+@pytest.mark.parametrize("mix", [("--pp", "2", "--dp", "2"),
+                                 ("--tp", "2", "--pp", "2", "--zero", "1", "--checkpoint")])
+def test_parallel_example_on_4_ranks_matches_one_process(mix):
+    r = run_mpi(EXAMPLE, n=4, args=mix + ("--check",))
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert _last_difference(r.stdout) <= 1e-9
+    for k in range(4):
+        assert f"rank {k} (replica" in r.stdout
+    assert "ideal bubble 20.0%" in r.stdout
+
+
+def test_mesh_on_one_process_and_collective_groups_are_checked():
+    mesh = gc.distributed.Mesh(pp=3)
+    assert mesh.stage is None and mesh.dp_group == (0,) and mesh.tp_group == (0,)
+    with pytest.raises(gc.GraphcError, match="needs 4 processes"):
+        gc.distributed.Mesh(dp=2, tp=2)
+    with pytest.raises(gc.GraphcError, match="tp must be a positive int"):
+        gc.distributed.Mesh(tp=0)
+    from graphc.api import bind
+    with gc.Graph():
+        x = gc.placeholder((4,), name="x")
+        with pytest.raises(gc.ShapeError, match="group must be a tuple of 2 distinct"):
+            bind("all_reduce", x, op="sum", axis_size=2, group=(1, 1))
+        with pytest.raises(gc.ShapeError, match="group must be a tuple of 2 distinct"):
+            bind("all_gather", x, axis=0, axis_size=2, group=(0, 1, 2))
+        y = bind("all_reduce", x, op="sum", axis_size=1, group=(0,))
+        np.testing.assert_array_equal(gc.compile(y)(np.arange(4, dtype=np.float32)),
+                                      np.arange(4))
+    with pytest.raises(gc.GraphcError, match="pp=2"):
+        with gc.Graph():
+            loss, params = _stacked_mlp(3, True)
+            gc.distributed.Pipeline(2, mesh=gc.distributed.Mesh(pp=2)).compile(
+                loss, params, gc.optim.sgd, lr=0.1)

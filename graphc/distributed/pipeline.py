@@ -23,8 +23,6 @@ data-parallel replica r // p; one process runs every stage itself.
 """
 from __future__ import annotations
 
-import collections
-import time
 import weakref
 
 import numpy as np
@@ -33,12 +31,12 @@ from graphc_runtime import collectives as _coll
 from graphc_runtime.errors import GraphcError
 
 from ..api import Tensor, bind
+from ..checkpoint import copy_regions
 from ..ir.graph import Graph
 from ..ir.primitive import lookup
 from ..ir.source import user_location
 
 _BOUNDARIES: "weakref.WeakKeyDictionary[Graph, list]" = weakref.WeakKeyDictionary()
-ACTIVATION_TAG, COTANGENT_TAG = 101, 102
 SCHEDULES = ("1f1b", "gpipe")
 
 
@@ -139,6 +137,7 @@ def _clone_stage(s, graph, ids, start, out, wanted) -> StageGraph:
             x_in = placeholder(start.shape, start.dtype, name="pipeline/stage_input")
         m[start.id] = x_in.node
     variables, data = _copy_nodes(graph, ids, new, m, f"pipeline stage {s}")
+    copy_regions(graph, new, m)          # gc.checkpoint regions recompute in the stage too
     params = [v for v in variables if any(m[pid] is v.node for pid in wanted if pid in m)]
     return StageGraph(s, new, x_in, Tensor(m[out.id]), data, params)
 
@@ -191,62 +190,80 @@ def _backward_graph(g: Graph, forward_ids: set, outputs: list, seed: Tensor):
 
 class Pipeline:
     """Pipeline-parallel training: `compile(loss, params, optimizer, **kwargs)` gives a
-    step callable on whole batches (split into `microbatches` along axis 0)."""
+    step callable on whole batches (split into `microbatches` along axis 0).
 
-    def __init__(self, microbatches: int, schedule: str = "1f1b", recompute: bool = False):
+    mesh: the processes' grid (Mesh(dp, tp, pp); default: every process a stage or a
+    data-parallel replica of one). zero: 1 or 2 shards each stage's optimizer state over
+    its data-parallel replicas (graphc/distributed/zero.py)."""
+
+    def __init__(self, microbatches: int, schedule: str = "1f1b", recompute: bool = False,
+                 mesh=None, zero: int = 0):
         if not isinstance(microbatches, int) or microbatches < 1:
             raise GraphcError(f"Pipeline: microbatches must be a positive int, got "
                               f"{microbatches!r}")
         if schedule not in SCHEDULES:
             raise GraphcError(f"Pipeline: schedule must be one of {SCHEDULES}, got "
                               f"{schedule!r}")
+        if zero not in (0, 1, 2):
+            raise GraphcError(f"Pipeline: zero must be 0, 1 or 2, got {zero!r}")
         self.microbatches, self.schedule = microbatches, schedule
-        self.recompute = bool(recompute)
+        self.recompute, self.mesh, self.zero = bool(recompute), mesh, zero
 
-    def compile(self, loss: Tensor, params, optimizer, **kwargs) -> "PipelineStep":
+    def compile(self, loss: Tensor, params, optimizer, sharded=(), **kwargs):
+        """`sharded`: the parameters split across the tensor-parallel group (their
+        gradients are not summed over it; the others' are)."""
         from . import _check_same_program
+        from .mesh import Mesh
+        from .pipeline_schedule import PipelineStep
         from ..passes.program import Program
         params = list(params)
         stages = split_stages(loss, params)
         world, p = _coll.world_size(), len(stages)
+        mesh = self.mesh
+        if mesh is None:
+            if world > 1 and world % p:
+                raise GraphcError(f"the model has {p} pipeline stages but the run has "
+                                  f"{world} processes; run a multiple of {p} (stages x "
+                                  f"data-parallel replicas)", user_location())
+            mesh = Mesh(dp=world // p if world > 1 else 1, pp=p)
+        elif mesh.pp != p:
+            raise GraphcError(f"the model has {p} pipeline stages but the mesh has "
+                              f"pp={mesh.pp}", user_location())
         if world > 1:
-            if world % p:
-                raise GraphcError(f"the model has {p} pipeline stages but the run has {world} "
-                                  f"processes; run a multiple of {p} (stages x data-parallel "
-                                  f"replicas)", user_location())
-            _check_same_program(world, Program(loss.graph, [loss.node], [], {}))
-            rank = _coll.comm().Get_rank()
-            mine = [rank % p]
-            replicas = [r for r in range(world) if r % p == rank % p]
-        else:
-            mine, replicas = list(range(p)), [0]
-        programs = {s: StagePrograms(stages[s], self.microbatches, optimizer, kwargs,
-                                     last=(s == p - 1), replicas=replicas,
-                                     recompute=self.recompute) for s in mine}
-        return PipelineStep(self, programs, p, world)
+            _check_same_program(world, Program(loss.graph, [loss.node], [], {}),
+                                any_groups=True)
+        split = {t.name for t in sharded}
+        mine = [mesh.stage] if mesh.stage is not None else list(range(p))
+        programs = {s: StagePrograms(stages[s], self, optimizer, kwargs, s == p - 1, mesh,
+                                     split) for s in mine}
+        for prog in programs.values():
+            prog.setup(mesh)
+        return PipelineStep(self, programs, p, world, mesh)
 
 
 class StagePrograms:
     """A stage's forward, backward and update programs (see the module's docstring)."""
 
-    def __init__(self, stage: StageGraph, microbatches: int, optimizer, kwargs, last: bool,
-                 replicas: list, recompute: bool):
+    def __init__(self, stage: StageGraph, pipe: Pipeline, optimizer, kwargs, last: bool,
+                 mesh, split: set):
         import graphc as gc
         self.stage, self.last = stage, last
         g = stage.graph
         first = [stage.x_in] if stage.x_in is not None else []
         inputs = first + stage.data
+        self.sharded = {p.name for p in stage.params if p.name in split}
         with g:
-            if last:
-                seed, extra = gc.full((), 1.0 / microbatches, stage.y.dtype), []
+            if last:           # every tensor-parallel peer seeds: 1/tp each (TensorParallel)
+                seed, extra = gc.full((), 1.0 / (pipe.microbatches * mesh.tp),
+                                      stage.y.dtype), []
             else:
                 seed = gc.placeholder(stage.y.shape, stage.y.dtype,
                                       name="pipeline/output_grad")
                 extra = [seed]
             forward_ids = {n.id for n in g.ancestors([stage.y.node])}
             grads = gc.vjp([stage.y], first + stage.params, [seed])
-        self.residuals = 0
-        if last or recompute:          # the backward program recomputes the forward
+        self.residuals = None          # None: the forward returns the output alone
+        if last or pipe.recompute:     # the backward program recomputes the forward
             self.forward = None if last else gc.compile(stage.y, inputs=inputs)
             bg, m, back_inputs = g, None, inputs + extra
         else:                          # the forward program hands its residuals over
@@ -275,13 +292,9 @@ class StagePrograms:
             else:                      # parameters the backward does not read, as well
                 params = [Tensor(m[p.node.id]) if p.node.id in m else
                           gc.variable(g.variables[p.name], name=p.name) for p in stage.params]
-            self.update = None
+            self.update, self.shards = None, []
             if stage.params:
-                total = [Tensor(a.node) for a in accs]
-                if len(replicas) > 1:
-                    total = [bind("all_reduce", a, op="mean", axis_size=len(replicas),
-                                  group=tuple(replicas)) for a in total]
-                updates = optimizer(None, params, grads=total, **kwargs)
+                updates = self._updates(params, accs, optimizer, kwargs, pipe.zero, mesh)
                 updates.update({a: a * 0.0 for a in accs})
                 self.update = gc.compile({}, updates=updates)
                 for exe in (self.forward, self.backward):
@@ -289,184 +302,41 @@ class StagePrograms:
                         exe.share_variables(self.update)
         self.variables = self.update.variables if self.update else self.backward.variables
 
+    def _updates(self, params, accs, optimizer, kwargs, zero, mesh) -> dict:
+        """The optimizer on the accumulated gradients: summed over the tensor-parallel
+        group for replicated parameters, averaged (or sharded, zero) over the stage's
+        data-parallel replicas."""
+        from .zero import shard_optimizer
+        total = []
+        for p, a in zip(params, accs):
+            a = Tensor(a.node)
+            if mesh.tp > 1 and p.name not in self.sharded:
+                a = bind("all_reduce", a, op="sum", axis_size=mesh.tp, group=mesh.tp_group)
+            total.append(a)
+        if zero:
+            updates, self.shards = shard_optimizer(zero, optimizer, params, total, kwargs,
+                                                   mesh.dp, mesh.dp_group)
+            return updates
+        if mesh.dp > 1:
+            total = [bind("all_reduce", a, op="mean", axis_size=mesh.dp, group=mesh.dp_group)
+                     for a in total]
+        return optimizer(None, params, grads=total, **kwargs)
 
-class PipelineStep:
-    """One training step over a whole batch: call with the data placeholders' arrays by
-    name; returns {"loss": mean loss over the micro-batches} on every process.
-    `stats` after a step: stage(s), step and busy seconds, bubble against the ideal
-    (p - 1) / (m + p - 1), stashed bytes at most."""
-
-    def __init__(self, pipeline: Pipeline, programs: dict, stages: int, world: int):
-        self.pipeline, self.programs, self.stages, self.world = pipeline, programs, stages, world
-        self.stats: dict = {}
-
-    @property
-    def variables(self) -> dict:
-        """name -> live array of the variables of this process's stage(s)."""
-        out = {}
-        for prog in self.programs.values():
-            out.update({k: dict.__getitem__(prog.variables, k) for k in prog.variables})
-        return out
-
-    def __call__(self, **feeds) -> dict:
-        m = self.pipeline.microbatches
-        chunks = self._microbatches(feeds, m)
-        start = time.perf_counter()
-        self._busy, self._stash_peak = 0.0, 0
-        if self.world == 1:
-            losses = self._run_locally(chunks)
-        else:
-            (s,) = self.programs
-            losses = self._run_stage(s, chunks)
-        for prog in self.programs.values():
-            if prog.update is not None:
-                t = time.perf_counter()
-                prog.update()
-                self._busy += time.perf_counter() - t
-        loss = np.array(sum(losses) / m if losses else 0.0)
-        if self.world > 1:
-            loss = self._loss_from_last(np.array([loss], np.float64)).reshape(())
-        elapsed = time.perf_counter() - start
-        p = self.stages
-        self.stats = {"stages": sorted(self.programs), "microbatches": m,
-                      "schedule": self.pipeline.schedule, "step_seconds": elapsed,
-                      "busy_seconds": self._busy,
-                      "bubble": max(0.0, 1.0 - self._busy / elapsed),
-                      "ideal_bubble": (p - 1) / (m + p - 1) if self.world > 1 else 0.0,
-                      "stash_peak_bytes": self._stash_peak}
-        return {"loss": loss}
-
-    def _loss_from_last(self, loss: np.ndarray) -> np.ndarray:
-        """Each replica's last stage holds its loss: their mean, on every process."""
-        rank = _coll.comm().Get_rank()
-        mine = loss if rank % self.stages == self.stages - 1 else np.zeros_like(loss)
-        total = np.empty_like(mine)
-        _coll.run("all_reduce", {"op": "sum", "axis_size": self.world}, mine, total)
-        return total / (self.world // self.stages)
-
-    def _microbatches(self, feeds: dict, m: int) -> list[dict]:
-        names = {t.node.attrs["name"]: t for prog in self.programs.values()
-                 for t in prog.stage.data}
-        missing = [n for n in names if n not in feeds]
-        if missing:
-            raise GraphcError(f"pipeline step: missing input(s) {missing}; it takes "
-                              f"{sorted(names)} (whole batches)")
-        out = [dict() for _ in range(m)]
-        for name, t in names.items():
-            value = np.asarray(feeds[name])
-            per = t.shape[0] if t.ndim else None
-            if per is None or value.shape != (per * m,) + tuple(t.shape[1:]):
-                raise GraphcError(f"pipeline step: input {name!r} must hold {m} micro-batches "
-                                  f"of {t.node.type_str()} along axis 0, got shape "
-                                  f"{value.shape}")
-            for i in range(m):
-                out[i][name] = np.ascontiguousarray(value[i * per:(i + 1) * per])
-        return out
-
-    def _call(self, exe, **feeds):
-        feeds = {name: feeds[name] for name in exe.input_names}
-        t = time.perf_counter()
-        out = exe(**feeds)
-        self._busy += time.perf_counter() - t
-        return out
-
-    def _forward(self, prog, feeds: dict) -> np.ndarray:
-        """Run a stage's forward program; its residuals (if it hands them over) join the
-        micro-batch's stashed feeds. Returns the stage's output."""
-        out = self._call(prog.forward, **feeds)
-        if prog.residuals:
-            for k, r in enumerate(out["residuals"]):
-                feeds[f"pipeline/residual{k}"] = r
-            out = out["y"]
-        return out
-
-    def _note_stash(self, stash) -> None:
-        """Track the most bytes of stage inputs and residuals held between passes."""
-        held = sum(a.nbytes for feeds in stash for name, a in feeds.items()
-                   if name.startswith("pipeline/"))
-        self._stash_peak = max(self._stash_peak, held)
-
-    @staticmethod
-    def _data(prog, chunk: dict) -> dict:
-        return {t.node.attrs["name"]: chunk[t.node.attrs["name"]] for t in prog.stage.data}
-
-    def _run_locally(self, chunks: list) -> list:
-        """Every stage in this process: each micro-batch forward through the stages, then
-        backward."""
-        order = sorted(self.programs)
-        losses = []
-        for chunk in chunks:
-            x, stash = None, []
-            for s in order:
-                prog = self.programs[s]
-                feeds = self._data(prog, chunk)
-                if x is not None:
-                    feeds["pipeline/stage_input"] = x
-                stash.append(feeds)
-                if not prog.last:
-                    x = self._forward(prog, feeds)
-            g = None
-            for s in reversed(order):
-                prog, feeds = self.programs[s], stash[s]
-                if g is not None:
-                    feeds["pipeline/output_grad"] = g
-                out = self._call(prog.backward, **feeds)
-                if prog.last:
-                    losses.append(float(out["loss"]))
-                g = out.get("input_grad")
-        return losses
-
-    def _run_stage(self, s: int, chunks: list) -> list:
-        """This process's stage s of p, in the pipeline's schedule, talking to the
-        neighbouring stages' processes of the same replica."""
-        prog, p, m = self.programs[s], self.stages, len(chunks)
-        rank = _coll.comm().Get_rank()
-        prev, nxt = rank - 1, rank + 1
-        stash: collections.deque = collections.deque()
-        sends: list = []
-        losses: list = []
-        x_in, y = prog.stage.x_in, prog.stage.y
-
-        def forward(i):
-            feeds = self._data(prog, chunks[i])
-            if s > 0:
-                buf = np.empty(x_in.shape, np.dtype(_np_dtype(x_in.dtype)))
-                feeds["pipeline/stage_input"] = _coll.receive(
-                    buf, prev, ACTIVATION_TAG, f"the activation of micro-batch {i} from "
-                    f"stage {s - 1} (rank {prev})")
-            stash.append(feeds)
-
-            if not prog.last:
-                out = np.ascontiguousarray(self._forward(prog, feeds))
-                sends.append((_coll.send(out, nxt, ACTIVATION_TAG), out))
-            self._note_stash(stash)
-
-        def backward(i):
-            feeds = stash.popleft()
-            if not prog.last:
-                buf = np.empty(y.shape, np.dtype(_np_dtype(y.dtype)))
-                feeds["pipeline/output_grad"] = _coll.receive(
-                    buf, nxt, COTANGENT_TAG, f"the cotangent of micro-batch {i} from stage "
-                    f"{s + 1} (rank {nxt})")
-            out = self._call(prog.backward, **feeds)
-            if prog.last:
-                losses.append(float(out["loss"]))
-            if s > 0:
-                g = np.ascontiguousarray(out["input_grad"])
-                sends.append((_coll.send(g, prev, COTANGENT_TAG), g))
-
-        warmup = m if self.pipeline.schedule == "gpipe" else min(p - s - 1, m)
-        for i in range(warmup):
-            forward(i)
-        for k in range(m - warmup):
-            forward(warmup + k)
-            backward(k)
-        for k in range(m - warmup, m):
-            backward(k)
-        _coll.wait_all([r for r, _ in sends], f"stage {s}'s sends to its neighbours")
-        return losses
-
-
-def _np_dtype(dtype: str):
-    from ..ir import dtypes
-    return dtypes.to_numpy(dtype)
+    def setup(self, mesh) -> None:
+        """Equal starting values: replicated parameters from the first rank of the
+        stage's group, tensor-parallel shards from the first data-parallel replica;
+        then this rank's optimizer-state shards."""
+        from .zero import initialize, sharded_names
+        variables = self.variables
+        if mesh.world > 1:
+            per_rank = sharded_names(self.shards)
+            params = {p.name for p in self.stage.params}
+            for name in variables:
+                if name in per_rank:
+                    continue
+                owner = name if name in params else name.rsplit("/", 1)[0]   # its state
+                group = mesh.dp_group if owner in self.sharded else mesh.stage_group
+                if len(group) > 1:
+                    _coll.broadcast(dict.__getitem__(variables, name),
+                                    f"the broadcast of variable {name!r}", group)
+        initialize(self.shards, variables, mesh.dp_index)

@@ -57,19 +57,31 @@ def sharded_updates(dp, optimizer, loss: Tensor, params: list, kwargs: dict) -> 
     if "grads" in kwargs:
         raise GraphcError("DataParallel.optimize computes the gradients itself; do not "
                           "pass grads=", loc)
-    grads = grad(loss, params)
-    graph, world = loss.graph, dp.world
+    updates, shards = shard_optimizer(dp.zero, optimizer, params, grad(loss, params), kwargs,
+                                      dp.world, None)
+    dp.shards += shards
+    return updates
+
+
+def shard_optimizer(zero: int, optimizer, params: list, grads: list, kwargs: dict,
+                    world: int, group: tuple | None) -> tuple[dict, list]:
+    """The updates of `optimizer` on this process's shard of `params`, given each
+    process's local gradients `grads` (averaged here over the `world` processes of
+    `group`, None: all); and the Shards (what `initialize` fills per process)."""
+    graph = params[0].graph
+    on = {"group": tuple(group)} if group is not None else {}
     by_dtype: dict[str, list[int]] = {}
     for k, p in enumerate(params):
         by_dtype.setdefault(p.dtype, []).append(k)
     updates: dict = {}
+    shards = []
     for dtype, members in by_dtype.items():
         shard = Shard([params[k] for k in members], world)
         flat_g = shard.flat([grads[k] for k in members])
-        if dp.zero == 2:
-            g = bind("reduce_scatter", flat_g, axis=0, axis_size=world) * (1.0 / world)
+        if zero == 2:
+            g = bind("reduce_scatter", flat_g, axis=0, axis_size=world, **on) * (1.0 / world)
         else:
-            mean = bind("all_reduce", flat_g, op="mean", axis_size=world)
+            mean = bind("all_reduce", flat_g, op="mean", axis_size=world, **on)
             with graph:
                 rank = variable(np.zeros((1,), np.int32), name=graph.unique_name("zero/rank"))
             g = F.reshape(F.take(F.reshape(mean, (world, shard.length)), rank, axis=0),
@@ -85,28 +97,27 @@ def sharded_updates(dp, optimizer, loss: Tensor, params: list, kwargs: dict) -> 
             if v.shape == master.shape:
                 shard.sharded.append(v.name)
         updates.update(step)
-        full = bind("all_gather", new_master, axis=0, axis_size=world)
+        full = bind("all_gather", new_master, axis=0, axis_size=world, **on)
         offset = 0
         for p in shard.params:
             n = int(p.size)
             updates[p] = F.reshape(full[offset:offset + n], p.shape)
             offset += n
         shard.sharded.append(master.name)
-        dp.shards.append(shard)
-    return updates
+        shards.append(shard)
+    return updates, shards
 
 
-def initialize(dp, exe, rank: int) -> None:
-    """This rank's per-rank variables: its master shard of the (rank 0's) parameters, its
-    index for stage 1."""
-    variables = exe.variables
-    for shard in dp.shards:
+def initialize(shards: list, variables, index: int) -> None:
+    """A process's per-process variables: its master shards of the (already equal)
+    parameters, its index among the processes sharing the state (stage 1)."""
+    for shard in shards:
         values = [dict.__getitem__(variables, p.name) for p in shard.params]
-        dict.__getitem__(variables, shard.master)[...] = shard.master_value(values, rank)
+        dict.__getitem__(variables, shard.master)[...] = shard.master_value(values, index)
         for name in shard.sharded:
             if name.startswith("zero/rank"):
-                dict.__getitem__(variables, name)[...] = rank
+                dict.__getitem__(variables, name)[...] = index
 
 
-def sharded_names(dp) -> set:
-    return {name for shard in dp.shards for name in shard.sharded}
+def sharded_names(shards: list) -> set:
+    return {name for shard in shards for name in shard.sharded}
