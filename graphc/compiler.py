@@ -18,10 +18,11 @@ from .ir.source import user_location
 from .passes.manager import PassManager
 from .passes.pipeline import graph_pipeline
 from .passes.program import Program
+from .passes.rematerialize import Liveness, plan_peak, rematerialize
 from .schedule import fusion, memory
 from .schedule.lower import lower
 
-DRIVER_OPTIONS = {"dump_dir", "fuse", "distributed", "winograd"}
+DRIVER_OPTIONS = {"dump_dir", "fuse", "distributed", "winograd", "memory_budget"}
 
 
 def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) -> Executable:  # noqa: A001
@@ -74,6 +75,15 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     t0 = time.perf_counter()
     lowered = lower(optimized, plan, input_nodes, policy, compile_body)
     seconds["schedule_and_memory"] = time.perf_counter() - t0
+    budget_stats = None
+    if options.get("memory_budget") is not None:
+        optimized, plan, lowered, budget_stats = fit_memory_budget(
+            optimized, plan, lowered, options["memory_budget"],
+            lambda prog: fusion.plan(prog, policy),
+            lambda prog, pl: lower(prog, pl, _same_inputs(prog, input_nodes), policy,
+                                   compile_body), loc)
+        input_nodes = _same_inputs(optimized, input_nodes)
+        seconds["memory_budget"] = budget_stats.pop("seconds")
 
     built = backend.build(Build(graph.name, graph, optimized, plan, lowered,
                                 _signature(graph, input_nodes, lowered, outputs), seconds))
@@ -86,11 +96,50 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     exe = Executable(built.native, rebuild, stats, _dumps(pm, plan, lowered, **built.dumps),
                      device=backend.device, module=built.module, info=info)
     exe.stats["program_cache"] = "miss" if cache_name else cache_state
+    if budget_stats is not None:
+        exe.stats["memory_budget"] = budget_stats
     if options.get("distributed") is not None:
         options["distributed"].setup(exe, optimized)
     if cache_name is not None:
         program_cache.store(cache_name, exe)
     return exe
+
+
+def fit_memory_budget(optimized, plan, lowered, budget, fuse, lower_program, loc):
+    """Recompute values (passes/rematerialize.py) until the planned arena fits `budget`
+    bytes or nothing is left to recompute; the program kept, and what happened."""
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        raise CompileError(f"memory_budget must be a number of bytes (int >= 0), got "
+                           f"{budget!r}", loc)
+    t0 = time.perf_counter()
+    before = lowered.memory.arena_bytes
+    recomputed, limit = 0, 8
+    for _ in range(12):
+        arena = lowered.memory.arena_bytes
+        if not isinstance(arena, int) or arena <= budget or limit < 1:
+            break
+        at, across = plan_peak(Liveness(optimized), plan, lowered)
+        smaller, count = rematerialize(optimized, arena - budget, at, across, limit)
+        if not count:
+            break
+        new_plan = fuse(smaller)
+        new_lowered = lower_program(smaller, new_plan)
+        if new_lowered.memory.arena_bytes >= arena:      # no better: fewer at a time
+            limit //= 2
+            continue
+        optimized, plan, lowered = smaller, new_plan, new_lowered
+        recomputed += count
+    arena = lowered.memory.arena_bytes
+    return optimized, plan, lowered, {
+        "budget": budget, "arena_before": before, "arena": arena,
+        "met": isinstance(arena, int) and arena <= budget, "values_recomputed": recomputed,
+        "seconds": time.perf_counter() - t0}
+
+
+def _same_inputs(program, input_nodes) -> list:
+    """`input_nodes`' placeholders in `program`'s graph (a pass rebuilt it), by name."""
+    by_name = {n.attrs["name"]: n for n in program.graph.placeholders()}
+    return [by_name.get(n.attrs["name"], n) for n in input_nodes]
 
 
 def _input_nodes(optimized, inputs, loc) -> list:

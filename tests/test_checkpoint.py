@@ -133,3 +133,47 @@ def test_training_with_checkpointed_blocks_follows_plain_training():
 def test_checkpoint_refuses_what_is_not_a_function():
     with pytest.raises(gc.GraphcError, match="expected a function"):
         gc.checkpoint(3)
+
+
+def _deep_mlp_step(**options):
+    rng = np.random.default_rng(0)
+    with gc.Graph():
+        x = gc.placeholder((64, 256), name="x")
+        ws = [gc.variable((rng.standard_normal((256, 256)) * 0.05).astype(np.float32),
+                          name=f"w{i}") for i in range(8)]
+        h = x
+        for w in ws:
+            h = gc.tanh(h @ w) * 1.5 + gc.sin(h)
+        loss = (h * h).mean()
+        return gc.compile(loss, updates=gc.optim.sgd(loss, ws, 0.1), **options)
+
+
+def test_memory_budget_recomputes_values_until_the_arena_fits_and_results_hold():
+    xv = np.random.default_rng(1).standard_normal((64, 256)).astype(np.float32)
+    plain = _deep_mlp_step()
+    budget = int(plain.stats["arena_bytes"] * 0.9)
+    fit = _deep_mlp_step(memory_budget=budget)
+    report = fit.stats["memory_budget"]
+    assert report["met"] and report["values_recomputed"] > 0, report
+    assert fit.stats["arena_bytes"] <= budget < plain.stats["arena_bytes"]
+    assert fit.dump("fused").count("after") > 0          # the copies wait for the backward
+    for _ in range(3):
+        np.testing.assert_allclose(fit(xv), plain(xv), rtol=1e-5)
+    for k in plain.variables:
+        np.testing.assert_allclose(fit.variables[k], plain.variables[k], rtol=1e-5, atol=1e-7)
+
+
+def test_memory_budget_out_of_reach_or_already_met_and_bad_values():
+    xv = np.random.default_rng(2).standard_normal((64, 256)).astype(np.float32)
+    plain = _deep_mlp_step()
+    tight = _deep_mlp_step(memory_budget=1)
+    report = tight.stats["memory_budget"]
+    assert not report["met"] and report["arena"] <= report["arena_before"]
+    np.testing.assert_allclose(tight(xv), plain(xv), rtol=1e-5)
+    roomy = _deep_mlp_step(memory_budget=1 << 40)
+    assert roomy.stats["memory_budget"]["met"]
+    assert roomy.stats["memory_budget"]["values_recomputed"] == 0
+    with pytest.raises(gc.CompileError, match="memory_budget must be a number of bytes"):
+        _deep_mlp_step(memory_budget=-5)
+    with pytest.raises(gc.CompileError, match="memory_budget must be a number of bytes"):
+        _deep_mlp_step(memory_budget="1GB")
