@@ -22,6 +22,18 @@ class Config:
 SHARDED = ("qkv", "proj", "fc", "fc_b", "out")     # per block, split by tensor parallelism
 
 
+def add_arguments(parser, **defaults) -> None:
+    """--layers --hidden --heads --seq --vocab on an argparse parser (Config's fields;
+    `defaults` override Config's)."""
+    for name in ("layers", "hidden", "heads", "seq", "vocab"):
+        parser.add_argument(f"--{name}", type=int,
+                            default=defaults.get(name, getattr(Config, name)))
+
+
+def config_of(args) -> Config:
+    return Config(args.vocab, args.seq, args.hidden, args.heads, args.layers)
+
+
 def init_params(cfg: Config, seed: int = 0, dtype: str = "float32") -> dict:
     """name -> numpy array, in a fixed order (the model's parameters)."""
     rng = np.random.default_rng(seed)

@@ -13,7 +13,7 @@ import statistics
 
 import graphc as gc
 
-from .gpt_model import Config, batch, init_params, loss_fn
+from .gpt_model import Config, add_arguments, batch, config_of, init_params, loss_fn
 
 
 def build(cfg: Config, micro: int, m: int, schedule: str, stages: int, recompute: bool):
@@ -28,16 +28,13 @@ def build(cfg: Config, micro: int, m: int, schedule: str, stages: int, recompute
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--vocab", type=int, default=512)
+    add_arguments(ap, hidden=256, seq=128, vocab=512)
     ap.add_argument("--micro", type=int, default=2, help="micro-batch size")
     ap.add_argument("--microbatches", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     a = ap.parse_args(argv)
     rank, size = gc.distributed.rank(), gc.distributed.size()
-    cfg = Config(a.vocab, a.seq, a.hidden, 4, a.layers)
+    cfg = config_of(a)
     tokens, targets = batch(cfg, a.micro * a.microbatches)
     lines = []
     for schedule, recompute in (("gpipe", False), ("1f1b", False), ("1f1b", True)):

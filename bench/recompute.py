@@ -11,7 +11,7 @@ import time
 
 import graphc as gc
 
-from .gpt_model import Config, batch, init_params, loss_fn
+from .gpt_model import Config, add_arguments, batch, config_of, init_params, loss_fn
 
 
 def build(cfg: Config, size: int, checkpoint: bool):
@@ -35,15 +35,11 @@ def step_ms(step, tokens, targets, repeat: int) -> float:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--seq", type=int, default=256)
+    add_arguments(ap, hidden=256, seq=256, vocab=2048)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--vocab", type=int, default=2048)
     ap.add_argument("--repeat", type=int, default=10)
     a = ap.parse_args(argv)
-    cfg = Config(a.vocab, a.seq, a.hidden, a.heads, a.layers)
+    cfg = config_of(a)
     tokens, targets = batch(cfg, a.batch)
     plain, ck = build(cfg, a.batch, False), build(cfg, a.batch, True)
     losses = [float(plain(tokens, targets)), float(ck(tokens, targets))]

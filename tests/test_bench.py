@@ -72,3 +72,14 @@ def test_recompute_bench_runs_and_checkpointing_shrinks_the_arena(capsys):
     assert first.split(",")[0] == first.split("checkpointed ")[1].split()[0]
     lower = int(printed.split("MiB (")[1].split("%")[0])
     assert lower > 20, printed
+
+
+def test_pipeline_bench_runs_in_one_process(capsys):
+    from bench.pipeline import main as pipeline_main
+    assert pipeline_main(["--layers", "2", "--hidden", "32", "--seq", "16", "--vocab", "64",
+                          "--microbatches", "2", "--repeat", "1"]) == 0
+    printed = capsys.readouterr().out
+    for name in ("gpipe", "1f1b", "1f1b recomputing"):
+        assert f"rank 0 {name}" in printed
+    losses = {line.split("loss ")[1] for line in printed.splitlines() if "loss " in line}
+    assert len(losses) == 1, printed          # every schedule computes the same step

@@ -56,12 +56,17 @@ def test_digits_example_runs_on_two_ranks():
     assert "2 processes" in r.stdout and "test accuracy" in r.stdout
 
 
+@pytest.mark.parametrize("script,tag", [("zero_check.py", "zero"),
+                                        ("pipeline_check.py", "pipeline")])
 @pytest.mark.parametrize("ranks", [2, 4])
-def test_sharded_optimizer_state_matches_one_process_on_2_and_4_ranks(ranks):
-    r = run_mpi(os.path.join(HERE, "mpi", "zero_check.py"), n=ranks)
+def test_sharded_optimizer_and_pipelines_match_one_process_on_2_and_4_ranks(script, tag,
+                                                                              ranks):
+    r = run_mpi(os.path.join(HERE, "mpi", script), n=ranks)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     for k in range(ranks):
-        assert f"zero ok {k}" in r.stdout
+        assert f"{tag} ok {k}" in r.stdout
+    if tag == "pipeline" and ranks == 4:
+        assert "2 stages x 2 replicas" in r.stdout
 
 
 def _zero_model(zero, dtypes=("float64", "float64")):
@@ -136,16 +141,6 @@ def test_collective_timeout_setting_is_checked(monkeypatch):
         collectives.timeout_seconds()
     monkeypatch.delenv("GRAPHC_COLLECTIVE_TIMEOUT")
     assert collectives.timeout_seconds() == 300
-
-
-@pytest.mark.parametrize("ranks", [2, 4])
-def test_pipeline_parallel_training_matches_one_process_on_2_and_4_ranks(ranks):
-    r = run_mpi(os.path.join(HERE, "mpi", "pipeline_check.py"), n=ranks)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    for k in range(ranks):
-        assert f"pipeline ok {k}" in r.stdout
-    if ranks == 4:
-        assert "2 stages x 2 replicas" in r.stdout
 
 
 def _stacked_mlp(batch, boundaries, skip=False, tie=False):
