@@ -2,8 +2,8 @@
 ideal bubble (p - 1) / (m + p - 1), for GPipe and 1F1B.
 
 Run: mpiexec --allow-run-as-root -n 2 python -m bench.pipeline [--microbatches 8]
-(one stage per rank; the model's blocks split evenly, the embedding with the first
-stage and the output layer with the last). Prints one line per rank and schedule.
+(one stage per rank; a boundary after every block, the compiler cutting at those that
+balance the stages' estimated work). Prints one line per rank and schedule.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def build(cfg: Config, micro: int, m: int, schedule: str, stages: int, recompute
         tokens = gc.placeholder((micro, cfg.seq), "int32", name="tokens")
         targets = gc.placeholder((micro, cfg.seq), "int32", name="targets")
         p = {k: gc.variable(v, name=k) for k, v in init_params(cfg).items()}
-        loss = loss_fn(tokens, targets, p, cfg, stages=stages)
-        pipe = gc.distributed.Pipeline(m, schedule, recompute)
+        loss = loss_fn(tokens, targets, p, cfg, stages=cfg.layers)   # a boundary per block
+        pipe = gc.distributed.Pipeline(m, schedule, recompute, stages=stages)
         return pipe.compile(loss, list(p.values()), gc.optim.adam, lr=1e-3)
 
 

@@ -260,3 +260,40 @@ def test_mesh_on_one_process_and_collective_groups_are_checked():
             loss, params = _stacked_mlp(3, True)
             gc.distributed.Pipeline(2, mesh=gc.distributed.Mesh(pp=2)).compile(
                 loss, params, gc.optim.sgd, lr=0.1)
+
+
+def test_pipeline_chooses_the_boundaries_that_balance_the_stages():
+    from graphc.distributed.pipeline import balanced_cuts
+    assert balanced_cuts([1, 1, 1, 1], 2) == [1]
+    assert balanced_cuts([3, 1, 1, 1], 2) == [0]
+    assert balanced_cuts([1, 2, 3, 4, 5], 3) == [2, 3]
+    rng = np.random.default_rng(0)
+    widths = [(6, 96), (96, 6), (6, 6), (6, 6)]      # the first two layers hold the work
+    batches = [rng.standard_normal((8, 6)) for _ in range(3)]
+
+    def model(batch, boundaries):
+        x = gc.placeholder((batch, 6), "float64", name="x")
+        ws = [gc.variable(rng.standard_normal(shape) * 0.3, name=f"w{k}")
+              for k, shape in enumerate(widths)]
+        h = x
+        for k, w in enumerate(ws):
+            h = gc.tanh(h @ w)
+            if boundaries and k < len(ws) - 1:
+                h = gc.distributed.stage_boundary(h)
+        return (h * h).mean(), ws
+
+    with gc.Graph():
+        rng = np.random.default_rng(0)
+        loss, ws = model(8, False)
+        plain = gc.compile(loss, updates=gc.optim.sgd(loss, ws, 0.2))
+        want = [float(plain(b)) for b in batches]
+    with gc.Graph():
+        rng = np.random.default_rng(0)
+        loss, ws = model(4, True)
+        step = gc.distributed.Pipeline(2, stages=2).compile(loss, ws, gc.optim.sgd, lr=0.2)
+        got = [float(step(x=b)["loss"]) for b in batches]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    owners = {s: sorted(p.name for p in prog.stage.params) for s, prog in step.programs.items()}
+    assert owners == {0: ["w0"], 1: ["w1", "w2", "w3"]}, owners
+    with pytest.raises(gc.GraphcError, match="1 to 4 stages"):
+        gc.distributed.Pipeline(2, stages=5).compile(loss, ws, gc.optim.sgd, lr=0.2)

@@ -35,6 +35,7 @@ from ..checkpoint import copy_regions
 from ..ir.graph import Graph
 from ..ir.primitive import lookup
 from ..ir.source import user_location
+from ..passes.rematerialize import work_of as _work
 
 _BOUNDARIES: "weakref.WeakKeyDictionary[Graph, list]" = weakref.WeakKeyDictionary()
 SCHEDULES = ("1f1b", "gpipe")
@@ -59,11 +60,34 @@ class StageGraph:
         self.data, self.params = data, params
 
 
-def split_stages(loss: Tensor, params: list) -> list[StageGraph]:
-    """Cut loss's graph at its stage boundaries (in the order they were marked)."""
+def split_stages(loss: Tensor, params: list, stages: int | None = None) -> list[StageGraph]:
+    """Cut loss's graph at its stage boundaries (in the order they were marked); with
+    `stages`, at the stages - 1 of them that balance the stages' estimated work best."""
     graph, loc = loss.graph, user_location()
     needed = {n.id for n in graph.ancestors([loss.node])}
     cuts = [graph.nodes[i] for i in _BOUNDARIES.get(graph, []) if i in needed]
+    if stages is not None:
+        if not isinstance(stages, int) or not 1 <= stages <= len(cuts) + 1:
+            raise GraphcError(f"stages={stages!r}: the loss has {len(cuts)} stage "
+                              f"boundaries, so 1 to {len(cuts) + 1} stages", loc)
+        if stages < len(cuts) + 1:
+            work = [sum(_work(graph.nodes[i]) for i in ids if graph.nodes[i].inputs)
+                    for ids in _segments(graph, loss, cuts, loc)[0]]
+            cuts = [cuts[k] for k in balanced_cuts(work, stages)]
+    stage_nodes, owner = _segments(graph, loss, cuts, loc)
+    wanted = {p.node.id: p for p in params}
+    unused = [p for pid, p in wanted.items() if pid not in owner]
+    if unused:
+        raise GraphcError(f"parameter {unused[0].name!r} is not used by the loss", loc)
+    ins = [None] + cuts
+    outs = [c.inputs[0] for c in cuts] + [loss.node]
+    return [_clone_stage(s, graph, ids, ins[s], outs[s], wanted)
+            for s, ids in enumerate(stage_nodes)]
+
+
+def _segments(graph, loss, cuts, loc) -> tuple[list, dict]:
+    """Each stage's node ids between consecutive cuts, and which stage owns each node;
+    refuses values crossing stages other than through a boundary."""
     outs = [c.inputs[0] for c in cuts] + [loss.node]
     ins = [None] + cuts
     owner: dict[int, int] = {}
@@ -91,12 +115,34 @@ def split_stages(loss: Tensor, params: list) -> list[StageGraph]:
                                   f"stage_boundary (and a variable belongs to one stage)", loc)
             owner.setdefault(nid, s)
         stage_nodes.append(sorted(seen))
-    wanted = {p.node.id: p for p in params}
-    unused = [p for pid, p in wanted.items() if pid not in owner]
-    if unused:
-        raise GraphcError(f"parameter {unused[0].name!r} is not used by the loss", loc)
-    return [_clone_stage(s, graph, ids, ins[s], outs[s], wanted)
-            for s, ids in enumerate(stage_nodes)]
+    return stage_nodes, owner
+
+
+def balanced_cuts(work: list, stages: int) -> list[int]:
+    """Which of the len(work) - 1 boundaries between consecutive segments to cut so that
+    `stages` contiguous runs of segments have the smallest largest sum (exact, by
+    dynamic programming); boundary k lies after segment k."""
+    n = len(work)
+    prefix = [0.0]
+    for w in work:
+        prefix.append(prefix[-1] + w)
+    inf = float("inf")
+    # best[j][i]: the smallest largest run when segments [0, i) form j runs
+    best = [[inf] * (n + 1) for _ in range(stages + 1)]
+    last = [[0] * (n + 1) for _ in range(stages + 1)]
+    best[0][0] = 0.0
+    for j in range(1, stages + 1):
+        for i in range(j, n + 1):
+            for k in range(j - 1, i):
+                v = max(best[j - 1][k], prefix[i] - prefix[k])
+                if v < best[j][i]:
+                    best[j][i], last[j][i] = v, k
+    cuts, i = [], n
+    for j in range(stages, 0, -1):
+        i = last[j][i]
+        if j > 1:
+            cuts.append(i - 1)
+    return sorted(cuts)
 
 
 def _copy_nodes(graph: Graph, ids, new: Graph, m: dict, what: str) -> tuple[list, list]:
@@ -194,10 +240,12 @@ class Pipeline:
 
     mesh: the processes' grid (Mesh(dp, tp, pp); default: every process a stage or a
     data-parallel replica of one). zero: 1 or 2 shards each stage's optimizer state over
-    its data-parallel replicas (graphc/distributed/zero.py)."""
+    its data-parallel replicas (graphc/distributed/zero.py). stages: cut at only that
+    many stages' boundaries among those marked, chosen to balance the stages' estimated
+    work (multiply-adds and elementwise work of each stage's forward)."""
 
     def __init__(self, microbatches: int, schedule: str = "1f1b", recompute: bool = False,
-                 mesh=None, zero: int = 0):
+                 mesh=None, zero: int = 0, stages: int | None = None):
         if not isinstance(microbatches, int) or microbatches < 1:
             raise GraphcError(f"Pipeline: microbatches must be a positive int, got "
                               f"{microbatches!r}")
@@ -208,6 +256,7 @@ class Pipeline:
             raise GraphcError(f"Pipeline: zero must be 0, 1 or 2, got {zero!r}")
         self.microbatches, self.schedule = microbatches, schedule
         self.recompute, self.mesh, self.zero = bool(recompute), mesh, zero
+        self.stages = stages
 
     def compile(self, loss: Tensor, params, optimizer, sharded=(), **kwargs):
         """`sharded`: the parameters split across the tensor-parallel group (their
@@ -217,7 +266,7 @@ class Pipeline:
         from .pipeline_schedule import PipelineStep
         from ..passes.program import Program
         params = list(params)
-        stages = split_stages(loss, params)
+        stages = split_stages(loss, params, self.stages)
         world, p = _coll.world_size(), len(stages)
         mesh = self.mesh
         if mesh is None:

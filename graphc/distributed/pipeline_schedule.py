@@ -196,7 +196,10 @@ class PipelineStep:
                 g = np.ascontiguousarray(out["input_grad"])
                 sends.append((_coll.send(g, prev, COTANGENT_TAG), g))
 
-        warmup = m if self.pipeline.schedule == "gpipe" else min(p - s - 1, m)
+        # the last stage runs forward and backward as one program, at once (in both
+        # schedules: nothing it could do instead)
+        warmup = 0 if prog.last else m if self.pipeline.schedule == "gpipe" else \
+            min(p - s - 1, m)
         for i in range(warmup):
             forward(i)
         for k in range(m - warmup):

@@ -29,7 +29,7 @@ def _nbytes(node) -> int:
     return node.nbytes if all(isinstance(d, int) for d in node.shape) else 0
 
 
-def _work(node) -> float:
+def work_of(node) -> float:
     """Rough cost of computing node once (fusion's units times elements; products by
     their multiply-adds)."""
     n = max(1, node.size if isinstance(node.size, int) else 1)
@@ -162,7 +162,7 @@ def rematerialize(program: Program, excess: int, at: int | None = None,
         chain: dict = {}
         if not _plan(n, after, live, 0, chain):
             continue
-        cost = sum(_work(c) for c in chain.values())
+        cost = sum(work_of(c) for c in chain.values())
         candidates.append((cost / max(1, _nbytes(n)), n, after, chain))
     candidates.sort(key=lambda c: c[0])
     chosen, freed = {}, 0
