@@ -186,5 +186,14 @@ class DataParallel:
 
 
 
-from .mesh import Mesh  # noqa: E402,F401  (they use rank and size above)
-from .pipeline import Pipeline, stage_boundary  # noqa: E402,F401
+_LAZY = {"Mesh": "mesh", "Pipeline": "pipeline", "stage_boundary": "pipeline"}
+
+
+def __getattr__(name):
+    """Mesh, Pipeline and stage_boundary, imported on first use (start-up time)."""
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
