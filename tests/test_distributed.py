@@ -297,3 +297,16 @@ def test_pipeline_chooses_the_boundaries_that_balance_the_stages():
     assert owners == {0: ["w0"], 1: ["w1", "w2", "w3"]}, owners
     with pytest.raises(gc.GraphcError, match="1 to 4 stages"):
         gc.distributed.Pipeline(2, stages=5).compile(loss, ws, gc.optim.sgd, lr=0.2)
+
+
+def test_pipeline_refuses_a_non_scalar_loss_and_integer_boundaries():
+    with gc.Graph():
+        x = gc.placeholder((4, 3), name="x")
+        w = gc.variable(np.ones((3, 3), np.float32), name="w")
+        h = gc.distributed.stage_boundary(gc.tanh(x @ w))
+        with pytest.raises(gc.GraphcError, match="the loss must be a float scalar"):
+            gc.distributed.Pipeline(2).compile(h * 2.0, [w], gc.optim.sgd, lr=0.1)
+        k = gc.distributed.stage_boundary(gc.cast(x, "int32"))
+        loss = (gc.cast(k, "float32") @ w).sum()
+        with pytest.raises(gc.GraphcError, match="stages pass float values"):
+            gc.distributed.Pipeline(2).compile(loss, [w], gc.optim.sgd, lr=0.1)

@@ -32,6 +32,7 @@ from graphc_runtime.errors import GraphcError
 
 from ..api import Tensor, bind
 from ..checkpoint import copy_regions
+from ..ir import dtypes
 from ..ir.graph import Graph
 from ..ir.primitive import lookup
 from ..ir.source import user_location
@@ -64,8 +65,15 @@ def split_stages(loss: Tensor, params: list, stages: int | None = None) -> list[
     """Cut loss's graph at its stage boundaries (in the order they were marked); with
     `stages`, at the stages - 1 of them that balance the stages' estimated work best."""
     graph, loc = loss.graph, user_location()
+    if not isinstance(loss, Tensor) or loss.shape != () or not dtypes.is_float(loss.dtype):
+        raise GraphcError(f"Pipeline.compile: the loss must be a float scalar, got "
+                          f"{getattr(loss, 'node', loss)!r}", loc)
     needed = {n.id for n in graph.ancestors([loss.node])}
     cuts = [graph.nodes[i] for i in _BOUNDARIES.get(graph, []) if i in needed]
+    for c in cuts:
+        if not dtypes.is_float(c.dtype):
+            raise GraphcError(f"the stage boundary marked at {c.loc} passes {c.type_str()}: "
+                              f"stages pass float values (their cotangents flow back)", loc)
     if stages is not None:
         if not isinstance(stages, int) or not 1 <= stages <= len(cuts) + 1:
             raise GraphcError(f"stages={stages!r}: the loss has {len(cuts)} stage "
