@@ -311,3 +311,33 @@ def test_vjp_with_cotangents():
         y = x * x
         (g,) = gc.vjp([y], [x], [gc.constant(np.array([1.0, 2.0, 3.0]))])
         np.testing.assert_allclose(gc.evaluate(g, {"x": np.array([1.0, 1.0, 2.0])}), [2, 4, 12])
+
+
+def test_stop_gradient_passes_the_value_and_no_gradient():
+    with gc.Graph():
+        x = gc.placeholder((3,), "float64", name="x")
+        y = gc.stop_gradient(x * x) * x + x
+        (g,) = gc.grad(y.sum(), [x])
+        xv = np.array([1.0, -2.0, 3.0])
+        np.testing.assert_allclose(gc.evaluate(y, {"x": xv}), xv ** 3 + xv)
+        np.testing.assert_allclose(gc.evaluate(g, {"x": xv}), xv ** 2 + 1)
+        out, gx = gc.compile([y, g])(xv)
+        np.testing.assert_allclose(out, xv ** 3 + xv)
+        np.testing.assert_allclose(gx, xv ** 2 + 1)
+
+
+def test_softmax_gradients_keep_no_argmax_mask():
+    """The max shift is under stop_gradient: the backward pass has no compare (argmax
+    mask) and matches finite differences."""
+    with gc.Graph():
+        x = gc.placeholder((4, 5), "float64", name="x")
+        r = gc.constant(np.random.default_rng(0).standard_normal((4, 5)))
+        y = (gc.softmax(x) * r).sum() + (gc.log_softmax(x) * r).sum() + \
+            (gc.logsumexp(x, axis=1) * r[:, 0]).sum()
+        (g,) = gc.grad(y, [x])
+        forward = {n.id for n in y.graph.ancestors([y.node])}
+        assert not [n for n in g.graph.ancestors([g.node])
+                    if n.op == "compare" and n.id not in forward]
+    check_grad(lambda x: gc.softmax(x) + gc.log_softmax(x, axis=0) +
+               gc.logsumexp(x, axis=1, keepdims=True),
+               {"x": np.random.default_rng(1).standard_normal((3, 4))})

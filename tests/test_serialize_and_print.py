@@ -51,7 +51,7 @@ def every_primitive_graph():
                  bind("all_reduce", x, op="sum", axis_size=1),
                  bind("all_gather", x, axis=0, axis_size=1),
                  bind("reduce_scatter", x, axis=0, axis_size=1),
-                 bind("after", x, i)]
+                 bind("after", x, i), bind("stop_gradient", x)]
         # control flow: scan, while and cond nodes (their results are `get` nodes)
         c, ys = gc.scan(lambda c, r: (c * r, c.sum()), x[0], x)
         outs += [c, ys, gc.while_loop(lambda s: s < 3, lambda s: s + 1, 0),

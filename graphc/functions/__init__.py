@@ -6,7 +6,7 @@ from .elementwise import (abs, add, bitwise_and, bitwise_or, bitwise_xor, cast, 
                           log1p, logical_and, logical_not, logical_or, logical_xor, maximum,
                           minimum, mod, multiply, negative, not_equal, power,
                           relu, remainder, round, rsqrt, sigmoid, sign, sin, sqrt, square,
-                          subtract, tanh, where)
+                          stop_gradient, subtract, tanh, where)
 from .indexing import getitem, one_hot, take, take_along_axis
 from .linalg import dot, matmul, tensordot
 from .reductions import (argmax, argmin, log_softmax, logsumexp, max, mean, min, prod,

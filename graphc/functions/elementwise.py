@@ -335,6 +335,11 @@ def square(x) -> Tensor:
     return _as(x) * _as(x)
 
 
+def stop_gradient(x) -> Tensor:
+    """x's value; gradients treat it as a constant (no cotangent flows through)."""
+    return bind("stop_gradient", _as(x))
+
+
 def relu(x) -> Tensor:
     """max(x, 0)."""
     return maximum(x, 0)

@@ -12,7 +12,7 @@ from ..tensor import Tensor, bind, dim_size
 from ..ir import dtypes
 from ..ir.primitive import normalize_axis
 from ..ir.source import user_location
-from .elementwise import _as, cast, exp, isfinite, log, where
+from .elementwise import _as, cast, exp, isfinite, log, stop_gradient, where
 from .shapes import reshape
 
 
@@ -116,7 +116,7 @@ def logsumexp(x, axis=None, keepdims: bool = False) -> Tensor:
     """log(sum(exp(x))) computed stably (shifted by the max; -inf rows stay -inf)."""
     x = _as(x)
     axes = reduction_axes(x, axis, "logsumexp")
-    m = max(x, axes, keepdims=True)
+    m = stop_gradient(max(x, axes, keepdims=True))
     m = where(isfinite(m), m, 0.0)
     out = log(sum(exp(x - m), axes, keepdims=True)) + m
     return out if keepdims else reshape(out, [d for i, d in enumerate(x.shape) if i not in axes])
@@ -127,7 +127,7 @@ def log_softmax(x, axis: int = -1) -> Tensor:
     large values keeps its small differences (x - logsumexp(x) would round them away)."""
     x = _as(x)
     axes = reduction_axes(x, axis, "log_softmax")
-    m = max(x, axes, keepdims=True)
+    m = stop_gradient(max(x, axes, keepdims=True))
     shifted = x - where(isfinite(m), m, 0.0)
     return shifted - log(sum(exp(shifted), axes, keepdims=True))
 
@@ -136,5 +136,5 @@ def softmax(x, axis: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along `axis`, shifted by the max for stability (one
     reciprocal per row, then a multiply per element, as vectorized softmaxes do)."""
     x = _as(x)
-    e = exp(x - max(x, axis, keepdims=True))
+    e = exp(x - stop_gradient(max(x, axis, keepdims=True)))
     return e * (1.0 / sum(e, axis, keepdims=True))

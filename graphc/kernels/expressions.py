@@ -159,6 +159,7 @@ for _op, _rule in {
     "transpose": _transpose, "slice": _slice, "window_view": _window_view,
     "reverse": _reverse, "rng": _rng,
     "after": lambda b, node, index: b.value(node.inputs[0], index),
+    "stop_gradient": lambda b, node, index: b.value(node.inputs[0], index),
 }.items():
     register_expression(_op)(_rule)
 
