@@ -18,7 +18,7 @@ from .ir.source import user_location
 from .passes.manager import PassManager
 from .passes.pipeline import graph_pipeline
 from .passes.program import Program
-from .passes.rematerialize import Liveness, plan_peak, rematerialize
+from .passes.rematerialize import plan_peak, rematerialize
 from .schedule import fusion, memory
 from .schedule.lower import lower
 
@@ -34,6 +34,11 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     winograd = options.get("winograd", True)
     if not isinstance(winograd, bool):
         raise CompileError(f"winograd must be True or False, got {winograd!r}", loc)
+    budget = options.get("memory_budget")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or
+                               budget < 0):
+        raise CompileError(f"memory_budget must be a number of bytes (int >= 0), got "
+                           f"{budget!r}", loc)
     flat, rebuild = flatten_outputs(outputs)
     upd_vars, upd_vals = checked_updates(updates)
     if not flat + upd_vals:
@@ -81,7 +86,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
             optimized, plan, lowered, options["memory_budget"],
             lambda prog: fusion.plan(prog, policy),
             lambda prog, pl: lower(prog, pl, _same_inputs(prog, input_nodes), policy,
-                                   compile_body), loc)
+                                   compile_body))
         input_nodes = _same_inputs(optimized, input_nodes)
         seconds["memory_budget"] = budget_stats.pop("seconds")
 
@@ -105,12 +110,9 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     return exe
 
 
-def fit_memory_budget(optimized, plan, lowered, budget, fuse, lower_program, loc):
+def fit_memory_budget(optimized, plan, lowered, budget, fuse, lower_program):
     """Recompute values (passes/rematerialize.py) until the planned arena fits `budget`
     bytes or nothing is left to recompute; the program kept, and what happened."""
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-        raise CompileError(f"memory_budget must be a number of bytes (int >= 0), got "
-                           f"{budget!r}", loc)
     t0 = time.perf_counter()
     before = lowered.memory.arena_bytes
     recomputed, limit = 0, 8
@@ -118,8 +120,8 @@ def fit_memory_budget(optimized, plan, lowered, budget, fuse, lower_program, loc
         arena = lowered.memory.arena_bytes
         if not isinstance(arena, int) or arena <= budget or limit < 1:
             break
-        at, across = plan_peak(Liveness(optimized), plan, lowered)
-        smaller, count = rematerialize(optimized, arena - budget, at, across, limit)
+        peak, across = plan_peak(plan, lowered)
+        smaller, count = rematerialize(optimized, arena - budget, peak, across, limit)
         if not count:
             break
         new_plan = fuse(smaller)

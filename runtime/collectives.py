@@ -157,14 +157,21 @@ def _missing(what: str, limit: float) -> None:
                           f"be cancelled)")
 
 
+def _begin(op: str, attrs: dict):
+    """The communicator of a collective about to start (counted; the who-is-here
+    communicator made by every rank at its first collective)."""
+    global _count
+    c = comm_of(op, attrs)
+    _side_comm()
+    _count += 1
+    return c
+
+
 def run(op: str, attrs: dict, src: np.ndarray, dst: np.ndarray) -> None:
     """dst = op(src across all ranks); src and dst are contiguous arrays."""
-    global _count
     comm()                           # a GraphcError naming the extra when mpi4py is missing
     from mpi4py import MPI
-    c = comm_of(op, attrs)
-    _side_comm()                     # made by every rank at its first collective
-    _count += 1
+    c = _begin(op, attrs)
     size = c.Get_size()
     if op == "all_reduce":
         mpi_op = MPI.MAX if attrs["op"] == "max" else MPI.SUM
@@ -193,10 +200,7 @@ def run(op: str, attrs: dict, src: np.ndarray, dst: np.ndarray) -> None:
 
 def digests_of_all(digest: bytes, what: str) -> list[bytes]:
     """Every rank's `digest` (same length everywhere), gathered with the deadline."""
-    global _count
-    c = comm()
-    _side_comm()
-    _count += 1
+    c = _begin("all_gather", {"axis_size": comm().Get_size()})
     mine = np.frombuffer(digest, np.uint8)
     every = np.empty((c.Get_size(), mine.size), np.uint8)
     _wait(c.Iallgather(mine, every), what)
@@ -206,11 +210,8 @@ def digests_of_all(digest: bytes, what: str) -> list[bytes]:
 def broadcast(array: np.ndarray, what: str, group: tuple | None = None) -> None:
     """The first rank's (of `group`, default all) `array` into every other's, in place,
     with the deadline."""
-    global _count
-    c = comm_of("broadcast", {"group": group, "axis_size": len(group) if group else
-                              comm().Get_size()})
-    _side_comm()
-    _count += 1
+    c = _begin("broadcast", {"group": group, "axis_size": len(group) if group else
+                             comm().Get_size()})
     _wait(c.Ibcast(array, root=0), what)
 
 

@@ -185,7 +185,6 @@ class DataParallel:
             "arena": exe.stats.get("arena_bytes", 0)}
 
 
-
 _LAZY = {"Mesh": "mesh", "Pipeline": "pipeline", "stage_boundary": "pipeline"}
 
 

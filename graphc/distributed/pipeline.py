@@ -192,7 +192,8 @@ def _clone_stage(s, graph, ids, start, out, wanted) -> StageGraph:
         m[start.id] = x_in.node
     variables, data = _copy_nodes(graph, ids, new, m, f"pipeline stage {s}")
     copy_regions(graph, new, m)          # gc.checkpoint regions recompute in the stage too
-    params = [v for v in variables if any(m[pid] is v.node for pid in wanted if pid in m)]
+    kept = {m[pid].id for pid in wanted if pid in m}
+    params = [v for v in variables if v.node.id in kept]
     return StageGraph(s, new, x_in, Tensor(m[out.id]), data, params)
 
 
@@ -366,7 +367,6 @@ class StagePrograms:
         from .zero import shard_optimizer
         total = []
         for p, a in zip(params, accs):
-            a = Tensor(a.node)
             if mesh.tp > 1 and p.name not in self.sharded:
                 a = bind("all_reduce", a, op="sum", axis_size=mesh.tp, group=mesh.tp_group)
             total.append(a)

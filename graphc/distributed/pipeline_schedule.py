@@ -11,6 +11,8 @@ import numpy as np
 from graphc_runtime import collectives as _coll
 from graphc_runtime.errors import GraphcError
 
+from ..ir import dtypes
+
 ACTIVATION_TAG, COTANGENT_TAG = 101, 102
 
 
@@ -168,15 +170,17 @@ class PipelineStep:
         losses: list = []
         x_in, y = prog.stage.x_in, prog.stage.y
 
+        def receive(like, source, tag, what):
+            buf = np.empty(like.shape, dtypes.to_numpy(like.dtype))
+            return _coll.receive(buf, source, tag, what)
+
         def forward(i):
             feeds = self._data(prog, chunks[i])
             if s > 0:
-                buf = np.empty(x_in.shape, np.dtype(_np_dtype(x_in.dtype)))
-                feeds["pipeline/stage_input"] = _coll.receive(
-                    buf, prev, ACTIVATION_TAG, f"the activation of micro-batch {i} from "
+                feeds["pipeline/stage_input"] = receive(
+                    x_in, prev, ACTIVATION_TAG, f"the activation of micro-batch {i} from "
                     f"stage {s - 1} (rank {prev})")
             stash.append(feeds)
-
             if not prog.last:
                 out = np.ascontiguousarray(self._forward(prog, feeds))
                 sends.append((_coll.send(out, nxt, ACTIVATION_TAG), out))
@@ -185,9 +189,8 @@ class PipelineStep:
         def backward(i):
             feeds = stash.popleft()
             if not prog.last:
-                buf = np.empty(y.shape, np.dtype(_np_dtype(y.dtype)))
-                feeds["pipeline/output_grad"] = _coll.receive(
-                    buf, nxt, COTANGENT_TAG, f"the cotangent of micro-batch {i} from stage "
+                feeds["pipeline/output_grad"] = receive(
+                    y, nxt, COTANGENT_TAG, f"the cotangent of micro-batch {i} from stage "
                     f"{s + 1} (rank {nxt})")
             out = self._call(prog.backward, **feeds)
             if prog.last:
@@ -209,8 +212,3 @@ class PipelineStep:
             backward(k)
         _coll.wait_all([r for r, _ in sends], f"stage {s}'s sends to its neighbours")
         return losses
-
-
-def _np_dtype(dtype: str):
-    from ..ir import dtypes
-    return dtypes.to_numpy(dtype)

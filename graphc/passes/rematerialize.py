@@ -100,16 +100,16 @@ def _plan(node, at: int, live: Liveness, depth: int, chain: dict) -> bool:
     return True
 
 
-def plan_peak(live: "Liveness", plan, lowered) -> tuple[int | None, set]:
-    """From the memory plan: the position (in live.order) of the last node of the kernel
-    at the peak of live bytes, and the nodes whose buffers are live across it; (None,
-    set()) when the plan cannot tell (symbolic sizes, the peak in a copy)."""
+def plan_peak(plan, lowered) -> tuple[set, set]:
+    """From the memory plan: the nodes of the kernel at the peak of live bytes, and the
+    nodes whose buffers are live across it; two empty sets when the plan cannot tell
+    (symbolic sizes, the peak in a copy)."""
     steps = len(lowered.kernels)
     delta = [0] * (steps + 2)
     intervals = lowered.memory.intervals
     for lo, hi, size in intervals.values():
         if not isinstance(size, int):
-            return None, set()
+            return set(), set()
         delta[lo] += size
         delta[hi + 1] -= size
     best, at, total = -1, 0, 0
@@ -120,8 +120,7 @@ def plan_peak(live: "Liveness", plan, lowered) -> tuple[int | None, set]:
     key = lowered.kernel_groups[at] if at < len(lowered.kernel_groups) else None
     groups = {g.id: g for g in plan.groups}
     if not key or key[0] != "g" or key[1] not in groups:
-        return None, set()
-    spots = [live.pos[m] for m in groups[key[1]].members if m in live.pos]
+        return set(), set()
     sharing: dict[int, set] = {}               # a buffer reused in place: every value in it
     for a, o in lowered.memory.in_place:
         group = sharing.get(a, {a}) | sharing.get(o, {o})
@@ -135,20 +134,20 @@ def plan_peak(live: "Liveness", plan, lowered) -> tuple[int | None, set]:
             name = lowered.buffers[shared].name
             if name.startswith("%") and name[1:].isdigit():
                 across.add(int(name[1:]))
-    return (max(spots) if spots else None), across
+    return set(groups[key[1]].members), across
 
 
-def rematerialize(program: Program, excess: int, at: int | None = None,
+def rematerialize(program: Program, excess: int, peak: set = frozenset(),
                   across: set | None = None, limit: int = 1 << 30) -> tuple[Program, int]:
     """The program with values recomputed before late uses, freeing about `excess`
-    bytes around position `at`, among the nodes `across` it (default: the estimated
-    peak and the values the estimate has there), at most `limit` of them; and how many
-    values it recomputes (0: no candidate left)."""
+    bytes after the nodes `peak` (a kernel's), among the nodes `across` them (default:
+    the estimated peak and the values the estimate has there), at most `limit` of them;
+    and how many values it recomputes (0: no candidate left)."""
     live = Liveness(program)
     if any(not isinstance(d, int) for n in live.order for d in n.shape):
         return program, 0
-    if at is None:
-        _, at = live.peak()
+    spots = [live.pos[m] for m in peak if m in live.pos]
+    at = max(spots) if spots else live.peak()[1]
     candidates = []
     for n in live.order:
         if (n.id not in across) if across else not _takes_memory(n):
@@ -186,13 +185,13 @@ def _root(node):
 def _apply(program: Program, live: Liveness, chosen: dict) -> Program:
     copies: dict[int, object] = {}           # old id -> recomputed node (new graph)
 
-    def recompute(builder, old, mapped, chain, gate):
+    def recompute(builder, old, chain, gate):
         if old.id in copies:
             return copies[old.id]
         ins = []
         for i in old.inputs:
             if i.id in chain:
-                ins.append(recompute(builder, i, mapped, chain, gate))
+                ins.append(recompute(builder, i, chain, gate))
             else:
                 ins.append(builder.add("after", [mapped[i.id], gate], {}))
         copies[old.id] = builder.copy(old, ins)
@@ -209,7 +208,7 @@ def _apply(program: Program, live: Liveness, chosen: dict) -> Program:
             root = root.inputs[0]
         if root.id not in chosen or p < chosen[root.id][0]:
             return None
-        out = recompute(builder, root, mapped, chosen[root.id][1], gate)
+        out = recompute(builder, root, chosen[root.id][1], gate)
         for v in reversed(views):
             out = builder.copy(v, [out])
         return out

@@ -30,8 +30,8 @@ def optimized_ir(name: str, features: str, opt_level: int) -> str:
     if cached is not None:
         try:
             return cached.decode()
-        except UnicodeDecodeError:
-            pass
+        except UnicodeDecodeError:         # damaged: built again below and stored anew
+            cache_store.remove(_CACHE_KIND, key)
     form, dtype = name[len(PREFIX):].split("_", 1)
     module = ir.Module(name)
     GemmBuilder(module, features).function(form, dtype).linkage = "external"
