@@ -175,9 +175,10 @@ def rematerialize(program: Program, excess: int, peak: set = frozenset(),
     return _apply(program, live, chosen), len(chosen)
 
 
-def _root(node):
-    """The value a chain of views reads."""
-    while lookup(node.op).remap:
+def _root(node, chosen: dict):
+    """The value a chain of views reads: the first chosen one, else the chain's source
+    (a chosen value may itself be a view the plan materialized)."""
+    while lookup(node.op).remap and node.id not in chosen:
         node = node.inputs[0]
     return node
 
@@ -203,7 +204,7 @@ def _apply(program: Program, live: Liveness, chosen: dict) -> Program:
         """Operand i of a node at position p: through views, a chosen value's copy."""
         views = []
         root = i
-        while lookup(root.op).remap and root.id not in chosen:
+        while root is not _root(root, chosen):
             views.append(root)
             root = root.inputs[0]
         if root.id not in chosen or p < chosen[root.id][0]:
@@ -218,7 +219,7 @@ def _apply(program: Program, live: Liveness, chosen: dict) -> Program:
         a cotangent: it depends on the whole forward pass, so no kernel there can take
         the copies in), else the node built last."""
         others = [(live.pos[i.id], new) for i, new in zip(node.inputs, inputs)
-                  if i.op not in SOURCES and _root(i).id not in chosen]
+                  if i.op not in SOURCES and _root(i, chosen).id not in chosen]
         if others:
             return max(others, key=lambda t: t[0])[1]
         return next((n for n in reversed(builder.graph.nodes) if n.op not in SOURCES),
@@ -229,7 +230,7 @@ def _apply(program: Program, live: Liveness, chosen: dict) -> Program:
         if not lookup(node.op).remap:
             gate = None
             for k, i in enumerate(node.inputs):
-                if _root(i).id not in chosen:
+                if _root(i, chosen).id not in chosen:
                     continue
                 gate = gate or gate_for(builder, node, inputs)
                 new = late_value(builder, i, p, gate)
