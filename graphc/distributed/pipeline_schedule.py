@@ -148,6 +148,7 @@ class PipelineStep:
                 stash.append(feeds)
                 if not prog.last:
                     x = self._forward(prog, feeds)
+            self._note_stash(stash)
             g = None
             for s in reversed(order):
                 prog, feeds = self.programs[s], stash[s]
