@@ -321,8 +321,8 @@ def vjp(outputs, wrt, cotangents) -> list[Tensor]:
         if not prim.differentiable or not _differentiable(node):
             continue
         region = recompute.region_of(node)
-        if region is not None:        # gc.checkpoint: rules read recomputed values
-            recompute.start(region, _region_cotangents(cts, recompute, region))
+        if region is not None and region not in recompute.started:   # gc.checkpoint:
+            recompute.start(region, _region_cotangents(cts, region))  # rules read copies
         if node.op == "get":           # a control node's result: collect per result
             src = node.inputs[0]
             results.setdefault(src.id, {}).setdefault(node.attrs["index"], []).extend(
@@ -332,8 +332,8 @@ def vjp(outputs, wrt, cotangents) -> list[Tensor]:
         if node.op in CONTROL_RULES:
             per = results.get(node.id, {})
             count = len(output_types(node))
-            grads = CONTROL_RULES[node.op](recompute.copy(node), [_accumulate(per[k]) if per.get(k) else None
-                                                  for k in range(count)], vjp)
+            results_cts = [_accumulate(per[k]) if per.get(k) else None for k in range(count)]
+            grads = CONTROL_RULES[node.op](recompute.copy(node), results_cts, vjp)
         else:
             g = _accumulate(cts[node.id])
             cts[node.id] = [g]
@@ -357,7 +357,7 @@ def vjp(outputs, wrt, cotangents) -> list[Tensor]:
     return result
 
 
-def _region_cotangents(cts, recompute, region) -> list:
+def _region_cotangents(cts, region) -> list:
     """The cotangents reaching a checkpointed region when the backward pass gets there
     (each summed once, in place): what its recomputation is ordered after."""
     deps = []

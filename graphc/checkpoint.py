@@ -83,9 +83,7 @@ class Recomputation:
 
     def start(self, region, deps) -> None:
         """Recompute `region`'s nodes from its inputs, ordered after the nodes `deps`
-        (the cotangents reaching the region)."""
-        if region in self.started:
-            return
+        (the cotangents reaching the region); once per region."""
         self.started.add(region)
         gated: dict[int, object] = {}
         for node in self.graph.nodes[region[0]:region[1]]:
