@@ -1,13 +1,14 @@
 """Train a GPT-style model with any mix of data, tensor and pipeline parallelism.
 
 Run: mpiexec -n 4 python examples/train_parallel.py --pp 2 --dp 2
-     (also --tp 2 --pp 2, --zero 1|2, --checkpoint; plain python: one process runs the
-     stages itself). --dp defaults to the processes left over by --tp and --pp.
+     (also --tp 2 --pp 2, --zero 1|2, --checkpoint, --schedule interleaved --chunks 2;
+     plain python: one process runs the stages itself). --dp defaults to the processes left over by --tp and --pp.
 Rank r is at (data replica, tensor shard, stage) = (r // (tp*pp), r // pp % tp, r % pp)
-(gc.distributed.Mesh). The blocks split evenly into --pp stages (gc.distributed.
-stage_boundary); --tp shards each block's attention heads and MLP columns
-(gc.nn.column/row_parallel_linear); every step runs --microbatches micro-batches in the
-1F1B order (gc.distributed.Pipeline) and averages gradients over the data replicas
+(gc.distributed.Mesh). The blocks split evenly into --pp x --chunks stages (gc.distributed.
+stage_boundary; stage k on the pipeline's process k % pp); --tp shards each block's
+attention heads and MLP columns (gc.nn.column/row_parallel_linear); every step runs
+--microbatches micro-batches in the 1F1B order (or --schedule gpipe / interleaved:
+gc.distributed.Pipeline) and averages gradients over the data replicas
 (sharding Adam's state with --zero). Prints the loss, and per rank its idle time against
 the ideal bubble and its memory. With --check it trains the same model in one process in
 float64 too and prints, as its last line, `max difference from one process: <x>`.
@@ -38,7 +39,9 @@ def parse(argv):
                                 ("vocab", 256, "vocabulary")):
         ap.add_argument(f"--{name}", type=int, default=default, help=what)
     ap.add_argument("--lr", type=float, default=3e-3)
-    ap.add_argument("--schedule", choices=("1f1b", "gpipe"), default="1f1b")
+    ap.add_argument("--schedule", choices=("1f1b", "gpipe", "interleaved"), default="1f1b")
+    ap.add_argument("--chunks", type=int, default=None,
+                    help="stages per pipeline process (interleaved: default 2)")
     ap.add_argument("--checkpoint", action="store_true",
                     help="recompute each block's values in the backward pass")
     ap.add_argument("--check", action="store_true",
@@ -47,6 +50,8 @@ def parse(argv):
     world = gc.distributed.size()
     if a.dp is None:
         a.dp = max(1, world // (a.tp * a.pp))
+    if a.chunks is None:
+        a.chunks = 2 if a.schedule == "interleaved" else 1
     return a
 
 
@@ -64,9 +69,10 @@ def build_parallel(a, cfg, mesh, dtype):
         tokens = gc.placeholder((a.micro, cfg.seq), "int32", name="tokens")
         targets = gc.placeholder((a.micro, cfg.seq), "int32", name="targets")
         p = {k: gc.variable(v, name=k) for k, v in values.items()}
-        loss = loss_fn(tokens, targets, p, cfg, a.checkpoint, a.pp, group)
+        loss = loss_fn(tokens, targets, p, cfg, a.checkpoint, a.pp * a.chunks, group)
         sharded = [v for k, v in p.items() if a.tp > 1 and k.split("/")[-1] in SHARDED]
-        pipe = gc.distributed.Pipeline(a.microbatches, a.schedule, mesh=mesh, zero=a.zero)
+        pipe = gc.distributed.Pipeline(a.microbatches, a.schedule, mesh=mesh, zero=a.zero,
+                                       chunks=a.chunks)
         return pipe.compile(loss, list(p.values()), gc.optim.adam, sharded=sharded, lr=a.lr)
 
 
@@ -105,7 +111,8 @@ def main(argv=None) -> float | None:
             f"{s['stash_peak_bytes'] / 1e6:.3f} MB, arenas {mem['arena'] / 1e6:.3f} MB")
     lines = gc.distributed._coll.comm().gather(line) if world > 1 else [line]
     if rank == 0:
-        print(f"{world} process(es): dp={a.dp} tp={a.tp} pp={a.pp}, zero={a.zero}, "
+        print(f"{world} process(es): dp={a.dp} tp={a.tp} pp={a.pp} ({a.schedule}, "
+              f"{a.chunks} stage(s) each), zero={a.zero}, "
               f"checkpoint={a.checkpoint}, {a.microbatches} micro-batches of {a.micro}")
         print("\n".join(lines), flush=True)
     if not a.check:

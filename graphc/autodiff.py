@@ -262,6 +262,11 @@ RULES = {
     "all_reduce": _collective("all_reduce"),
     "all_gather": _collective("all_gather"),
     "reduce_scatter": _collective("reduce_scatter"),
+    # messages run backwards: a sent value's cotangent comes back from the peer
+    "send": lambda x, out, g, a: (bind("recv", g, shape=x.shape, dtype=x.dtype,
+                                       peer=a["peer"], tag=a["tag"] + 1),),
+    "recv": lambda token, out, g, a: (F.cast(bind("send", g, peer=a["peer"],
+                                                  tag=a["tag"] + 1), token.dtype),),
 }
 
 

@@ -59,6 +59,14 @@ def world_size() -> int:
         return 1
 
 
+def rank() -> int:
+    """This process's rank (0 without MPI)."""
+    try:
+        return comm().Get_rank()
+    except GraphcError:
+        return 0
+
+
 def local_size() -> int:
     """Processes of this job on this machine (1 without MPI)."""
     try:
@@ -168,7 +176,8 @@ def _begin(op: str, attrs: dict):
 
 
 def run(op: str, attrs: dict, src: np.ndarray, dst: np.ndarray) -> None:
-    """dst = op(src across all ranks); src and dst are contiguous arrays."""
+    """dst = op(src across all ranks); src and dst are contiguous arrays. (send and recv
+    go to one peer: graphc_runtime/point_to_point.py.)"""
     comm()                           # a GraphcError naming the extra when mpi4py is missing
     from mpi4py import MPI
     c = _begin(op, attrs)
@@ -215,19 +224,3 @@ def broadcast(array: np.ndarray, what: str, group: tuple | None = None) -> None:
     _wait(c.Ibcast(array, root=0), what)
 
 
-def send(array: np.ndarray, dest: int, tag: int):
-    """Start sending contiguous `array` to rank `dest`; the caller keeps the array alive
-    until the returned request completes (see wait_all)."""
-    return comm().Isend(array, dest=dest, tag=tag)
-
-
-def receive(array: np.ndarray, source: int, tag: int, what: str) -> np.ndarray:
-    """Receive into contiguous `array` from rank `source`, with the deadline."""
-    _side_comm()
-    _wait(comm().Irecv(array, source=source, tag=tag), what)
-    return array
-
-
-def wait_all(requests: list, what: str) -> None:
-    for request in requests:
-        _wait(request, what)

@@ -14,7 +14,7 @@ import weakref
 
 import numpy as np
 
-from . import blas, collectives, dims, forks, openmp, pool
+from . import blas, collectives, dims, forks, openmp, point_to_point, pool
 from .host import host_features, host_target_machine, llvm  # noqa: F401 (re-exported)
 from .dtypes import NUMPY, type_str
 from .errors import CompileError, FeedError
@@ -396,8 +396,10 @@ class CpuProgram:
             for segment, step in zip(self._segments, self.collectives + [None]):
                 segment(ctypes.cast(table, ctypes.c_void_p))
                 if step is not None:
-                    collectives.run(step["op"], step["attrs"], self._view(step["src"], by_slot),
-                                    self._view(step["dst"], by_slot))
+                    run = point_to_point.run if step["op"] in point_to_point.OPS else \
+                        collectives.run
+                    run(step["op"], step["attrs"], self._view(step["src"], by_slot),
+                        self._view(step["dst"], by_slot))
         return outs
 
     def _view(self, where: dict, by_slot: list) -> np.ndarray:

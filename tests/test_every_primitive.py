@@ -25,6 +25,8 @@ REFUSED = {
     ("cuda", "all_reduce"): "collectives run on the CPU (MPI)",
     ("cuda", "all_gather"): "collectives run on the CPU (MPI)",
     ("cuda", "reduce_scatter"): "collectives run on the CPU (MPI)",
+    ("cuda", "send"): "messages between processes run on the CPU (MPI)",
+    ("cuda", "recv"): "messages between processes run on the CPU (MPI)",
 }
 LOGICAL_OPS = ("and", "or", "xor", "not")
 

@@ -52,6 +52,8 @@ def every_primitive_graph():
                  bind("all_gather", x, axis=0, axis_size=1),
                  bind("reduce_scatter", x, axis=0, axis_size=1),
                  bind("after", x, i), bind("stop_gradient", x)]
+        sent = bind("send", x, peer=0, tag=6)          # to this process itself
+        outs += [sent, bind("recv", sent, shape=(2, 3), dtype="float32", peer=0, tag=6)]
         # control flow: scan, while and cond nodes (their results are `get` nodes)
         c, ys = gc.scan(lambda c, r: (c * r, c.sum()), x[0], x)
         outs += [c, ys, gc.while_loop(lambda s: s < 3, lambda s: s + 1, 0),

@@ -40,6 +40,23 @@ def reduce_scatter(x: Tensor, axis: int = 0) -> Tensor:
     return bind("reduce_scatter", x, axis=axis % x.ndim, axis_size=size())
 
 
+def send(x: Tensor, peer: int, tag: int = 0) -> Tensor:
+    """Send x to process `peer` (without waiting for it to arrive); returns a token (a
+    scalar 0) that must reach the program's outputs, or order a later `recv`, for the
+    send to run. Differentiable: x's cotangent is received back from `peer` (tag + 1)."""
+    return bind("send", x, peer=peer, tag=tag)
+
+
+def recv(shape, dtype, peer: int, tag: int = 0, after: Tensor | None = None) -> Tensor:
+    """The array of `shape` and `dtype` that process `peer` sends with `tag`, received
+    after the token `after` (default: a scalar 0). Its cotangent is sent back to `peer`
+    (tag + 1). Waits at most GRAPHC_COLLECTIVE_TIMEOUT seconds for the message."""
+    from ..ir import dtypes
+    dtype = dtypes.canonical(dtype)
+    token = after if after is not None else F.zeros((), dtype)
+    return bind("recv", token, shape=tuple(shape), dtype=dtype, peer=peer, tag=tag)
+
+
 def _bucketed_all_reduce(grads: list, op: str, world: int, bucket_bytes: int) -> list:
     """all_reduce(op) of every gradient, through a few flat buffers (concatenated up to
     `bucket_bytes` each, one dtype per bucket)."""

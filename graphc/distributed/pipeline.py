@@ -3,23 +3,28 @@
 `stage_boundary(x)` marks where one stage ends and the next begins (x's value passes on
 unchanged: the same graph still compiles and trains in one process).
 `Pipeline(microbatches, schedule).compile(loss, params, optimizer, **kwargs)` cuts the
-loss's graph at its boundaries into stage graphs and compiles, for this process's stage,
-three programs sharing one copy of the stage's variables:
+loss's graph at its boundaries into stage graphs: stage s receives its input with a
+`recv` graph op from stage s - 1's process and ends with a `send` of its output to stage
+s + 1's (graphc/ir/ops/point_to_point.py); differentiating the stage's graph runs those
+messages backwards (the output's cotangent received, the input's sent). For this
+process's stage(s), three programs sharing one copy of the stage's variables:
 
-  forward   stage input (and the data it reads) -> stage output, and the forward
+  forward   receive the stage input, compute and send the output; return the forward
             values the backward reads (residuals), kept until the micro-batch's backward
-  backward  residuals, the output's cotangent -> the input's cotangent, adding the
+  backward  residuals -> receive the output's cotangent, send the input's, adding the
             parameters' gradients into accumulators. With Pipeline(recompute=True) it
             recomputes the stage's forward from the stashed input instead (only stage
             inputs are kept); the last stage always runs forward and backward as one
   update    the optimizer on the accumulated gradients (their mean over micro-batches,
             all-reduced over data-parallel replicas of the stage), accumulators reset
 
-The step runs the micro-batches in the GPipe order (all forwards, then all backwards) or
-1F1B (after p - s - 1 warm-up forwards, stage s alternates one forward and one backward,
-so at most p - s inputs are stashed); activations and cotangents go point to point
-between neighbouring stages. With N = p x d processes, rank r runs stage r % p of
-data-parallel replica r // p; one process runs every stage itself.
+The step (pipeline_schedule.py) runs the micro-batches in the GPipe order (all forwards,
+then all backwards), 1F1B (after p - s - 1 warm-up forwards, stage s alternates one
+forward and one backward, so at most p - s inputs are stashed) or interleaved 1F1B
+(`chunks=v`: each of the p processes runs v stages, stage k on process k % p, and the
+bubble shrinks v-fold). With N = p x d processes, rank r runs position r % p of
+data-parallel replica r // p; one process runs every stage itself (its messages to
+itself go through an in-process queue).
 """
 from __future__ import annotations
 
@@ -39,7 +44,7 @@ from ..ir.source import user_location
 from ..passes.rematerialize import work_of as _work
 
 _BOUNDARIES: "weakref.WeakKeyDictionary[Graph, list]" = weakref.WeakKeyDictionary()
-SCHEDULES = ("1f1b", "gpipe")
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
 
 
 def stage_boundary(x: Tensor) -> Tensor:
@@ -52,18 +57,31 @@ def stage_boundary(x: Tensor) -> Tensor:
 
 
 class StageGraph:
-    """One stage cut out of the model's graph: its own Graph, the placeholder standing
-    for its input (None for the first), its output, the data placeholders it reads and
-    its parameters."""
+    """One stage cut out of the model's graph: its own Graph; the token placeholder
+    ordering the receive of its input and the received input (None for the first
+    stage); its output and the token of the output's send (None for the last); the data
+    placeholders it reads and its parameters."""
 
-    def __init__(self, index: int, graph: Graph, x_in, y, data: list, params: list):
-        self.index, self.graph, self.x_in, self.y = index, graph, x_in, y
-        self.data, self.params = data, params
+    def __init__(self, index: int, graph: Graph, token, x_in, y, sent, data: list,
+                 params: list):
+        self.index, self.graph, self.token, self.x_in = index, graph, token, x_in
+        self.y, self.sent, self.data, self.params = y, sent, data, params
 
 
-def split_stages(loss: Tensor, params: list, stages: int | None = None) -> list[StageGraph]:
+def message_tag(boundary: int) -> int:
+    """The tag of the activations crossing boundary k (after stage k); their cotangents
+    travel back with the next tag."""
+    return 2 * boundary + 2
+
+
+def split_stages(loss: Tensor, params: list, stages: int | None = None,
+                 peer_of=lambda stage, count: 0, recompute: bool = False) -> list[StageGraph]:
     """Cut loss's graph at its stage boundaries (in the order they were marked); with
-    `stages`, at the stages - 1 of them that balance the stages' estimated work best."""
+    `stages`, at the stages - 1 of them that balance the stages' estimated work best
+    (a stage's forward and backward: 3 forwards; 4 where it recomputes its forward, as
+    every stage but the last does with `recompute`).
+    peer_of(k, count): the rank of the process running stage k of count (messages go
+    there)."""
     graph, loc = loss.graph, user_location()
     if not isinstance(loss, Tensor) or loss.shape != () or not dtypes.is_float(loss.dtype):
         raise GraphcError(f"Pipeline.compile: the loss must be a float scalar, got "
@@ -81,7 +99,7 @@ def split_stages(loss: Tensor, params: list, stages: int | None = None) -> list[
         if stages < len(cuts) + 1:
             work = [sum(_work(graph.nodes[i]) for i in ids if graph.nodes[i].inputs)
                     for ids in _segments(graph, loss, cuts, loc)[0]]
-            cuts = [cuts[k] for k in balanced_cuts(work, stages)]
+            cuts = [cuts[k] for k in balanced_cuts(work, stages, 0.75 if recompute else 1.0)]
     stage_nodes, owner = _segments(graph, loss, cuts, loc)
     wanted = {p.node.id: p for p in params}
     unused = [p for pid, p in wanted.items() if pid not in owner]
@@ -89,7 +107,7 @@ def split_stages(loss: Tensor, params: list, stages: int | None = None) -> list[
         raise GraphcError(f"parameter {unused[0].name!r} is not used by the loss", loc)
     ins = [None] + cuts
     outs = [c.inputs[0] for c in cuts] + [loss.node]
-    return [_clone_stage(s, graph, ids, ins[s], outs[s], wanted)
+    return [_clone_stage(s, len(stage_nodes), graph, ids, ins[s], outs[s], wanted, peer_of)
             for s, ids in enumerate(stage_nodes)]
 
 
@@ -126,10 +144,11 @@ def _segments(graph, loss, cuts, loc) -> tuple[list, dict]:
     return stage_nodes, owner
 
 
-def balanced_cuts(work: list, stages: int) -> list[int]:
+def balanced_cuts(work: list, stages: int, last_weight: float = 1.0) -> list[int]:
     """Which of the len(work) - 1 boundaries between consecutive segments to cut so that
-    `stages` contiguous runs of segments have the smallest largest sum (exact, by
-    dynamic programming); boundary k lies after segment k."""
+    `stages` contiguous runs of segments have the smallest largest sum, the last run's
+    sum times `last_weight` (exact, by dynamic programming); boundary k lies after
+    segment k."""
     n = len(work)
     prefix = [0.0]
     for w in work:
@@ -141,8 +160,9 @@ def balanced_cuts(work: list, stages: int) -> list[int]:
     best[0][0] = 0.0
     for j in range(1, stages + 1):
         for i in range(j, n + 1):
+            weight = last_weight if j == stages else 1.0
             for k in range(j - 1, i):
-                v = max(best[j - 1][k], prefix[i] - prefix[k])
+                v = max(best[j - 1][k], (prefix[i] - prefix[k]) * weight)
                 if v < best[j][i]:
                     best[j][i], last[j][i] = v, k
     cuts, i = [], n
@@ -172,37 +192,47 @@ def _copy_nodes(graph: Graph, ids, new: Graph, m: dict, what: str) -> tuple[list
                 t = placeholder(n.shape, n.dtype, name=n.attrs["name"])
                 placeholders.append(t)
                 m[nid] = t.node
-            elif lookup(n.op).kind == "control":
-                raise GraphcError(f"{what}: {n.describe()} is a loop or cond; control flow "
-                                  f"inside pipeline stages is not supported", n.loc)
             else:
                 m[nid] = new.add_node(n.op, [m[i.id] for i in n.inputs], n.attrs, n.shape,
                                       n.dtype, None, n.loc)
     return variables, placeholders
 
 
-def _clone_stage(s, graph, ids, start, out, wanted) -> StageGraph:
+def _clone_stage(s, p, graph, ids, start, out, wanted, peer_of) -> StageGraph:
     from ..tensor import placeholder
     new = Graph(f"{graph.name}/stage{s}")
     m: dict[int, object] = {}
-    x_in = None
+    token = x_in = sent = None
     if start is not None:
+        if any(not isinstance(d, int) for d in start.shape):
+            raise GraphcError(f"the stage boundary marked at {start.loc} passes "
+                              f"{start.type_str()}: stages pass values of static shapes",
+                              user_location())
         with new:
-            x_in = placeholder(start.shape, start.dtype, name="pipeline/stage_input")
+            token = placeholder((), start.dtype, name="pipeline/token")
+            x_in = bind("recv", token, shape=tuple(start.shape), dtype=start.dtype,
+                        peer=peer_of(s - 1, p), tag=message_tag(s - 1))
         m[start.id] = x_in.node
     variables, data = _copy_nodes(graph, ids, new, m, f"pipeline stage {s}")
     copy_regions(graph, new, m)          # gc.checkpoint regions recompute in the stage too
     kept = {m[pid].id for pid in wanted if pid in m}
     params = [v for v in variables if v.node.id in kept]
-    return StageGraph(s, new, x_in, Tensor(m[out.id]), data, params)
+    y = Tensor(m[out.id])
+    if s < p - 1:
+        with new:
+            sent = bind("send", y, peer=peer_of(s + 1, p), tag=message_tag(s))
+    return StageGraph(s, new, token, x_in, y, sent, data, params)
 
 
-def _backward_graph(g: Graph, forward_ids: set, outputs: list, seed: Tensor):
+def _backward_graph(g: Graph, forward_ids: set, outputs: list, seed: Tensor,
+                    recompute: bool = False):
     """The nodes of `outputs` (a stage's gradients) that are not forward nodes, copied
     into a new graph where the forward values they read are placeholders
     ("pipeline/residual<k>"): (new graph, old->new map, residual nodes in order).
     Forward values computed from variables and constants alone, and views (broadcasts,
-    reshapes, transposes) of other residuals, are recomputed there instead of kept."""
+    reshapes, transposes) of other residuals, are recomputed there instead of kept;
+    with `recompute`, every forward value but the received input is. (A received value
+    is never recomputed: that would receive it again.)"""
     from ..tensor import placeholder
     back = Graph(f"{g.name}/backward")
     needed = g.ancestors([t.node for t in outputs])
@@ -220,7 +250,7 @@ def _backward_graph(g: Graph, forward_ids: set, outputs: list, seed: Tensor):
             n = stack.pop()
             if n.id in m or n.id in copied:
                 continue
-            if n.id in no_data or not n.inputs:
+            if n.op != "recv" and (recompute or n.id in no_data or not n.inputs):
                 copied.add(n.id)
                 stack.extend(n.inputs)
             elif lookup(n.op).remap:
@@ -247,14 +277,17 @@ class Pipeline:
     """Pipeline-parallel training: `compile(loss, params, optimizer, **kwargs)` gives a
     step callable on whole batches (split into `microbatches` along axis 0).
 
-    mesh: the processes' grid (Mesh(dp, tp, pp); default: every process a stage or a
-    data-parallel replica of one). zero: 1 or 2 shards each stage's optimizer state over
-    its data-parallel replicas (graphc/distributed/zero.py). stages: cut at only that
-    many stages' boundaries among those marked, chosen to balance the stages' estimated
-    work (multiply-adds and elementwise work of each stage's forward)."""
+    schedule: "1f1b", "gpipe" or "interleaved" (with chunks = v > 1 stages per process:
+    p x v stages, stage k on process k % p; microbatches a multiple of p).
+    mesh: the processes' grid (Mesh(dp, tp, pp); default: every process a pipeline
+    position or a data-parallel replica of one). zero: 1 or 2 shards each stage's
+    optimizer state over its data-parallel replicas (graphc/distributed/zero.py).
+    stages: cut at only that many stages' boundaries among those marked, chosen to
+    balance the stages' estimated work (multiply-adds and elementwise work of each
+    stage's forward)."""
 
     def __init__(self, microbatches: int, schedule: str = "1f1b", recompute: bool = False,
-                 mesh=None, zero: int = 0, stages: int | None = None):
+                 mesh=None, zero: int = 0, stages: int | None = None, chunks: int = 1):
         if not isinstance(microbatches, int) or microbatches < 1:
             raise GraphcError(f"Pipeline: microbatches must be a positive int, got "
                               f"{microbatches!r}")
@@ -263,9 +296,27 @@ class Pipeline:
                               f"{schedule!r}")
         if zero not in (0, 1, 2):
             raise GraphcError(f"Pipeline: zero must be 0, 1 or 2, got {zero!r}")
+        if not isinstance(chunks, int) or isinstance(chunks, bool) or chunks < 1:
+            raise GraphcError(f"Pipeline: chunks must be a positive int, got {chunks!r}")
+        if (schedule == "interleaved") != (chunks > 1):
+            raise GraphcError(f"Pipeline: the interleaved schedule runs chunks > 1 stages "
+                              f"per process, the others one (schedule={schedule!r}, "
+                              f"chunks={chunks})")
         self.microbatches, self.schedule = microbatches, schedule
         self.recompute, self.mesh, self.zero = bool(recompute), mesh, zero
-        self.stages = stages
+        self.stages, self.chunks = stages, chunks
+
+    def _positions(self, count: int) -> int:
+        """The pipeline's processes for `count` stages (chunks of them each)."""
+        if count % self.chunks:
+            raise GraphcError(f"the model has {count} pipeline stages, not a multiple of "
+                              f"chunks={self.chunks}", user_location())
+        pp = count // self.chunks
+        if self.chunks > 1 and self.microbatches % pp:
+            raise GraphcError(f"the interleaved schedule takes a multiple of the {pp} "
+                              f"pipeline processes as microbatches, got "
+                              f"{self.microbatches}", user_location())
+        return pp
 
     def compile(self, loss: Tensor, params, optimizer, sharded=(), **kwargs):
         """`sharded`: the parameters split across the tensor-parallel group (their
@@ -275,28 +326,37 @@ class Pipeline:
         from .pipeline_schedule import PipelineStep
         from ..passes.program import Program
         params = list(params)
-        stages = split_stages(loss, params, self.stages)
-        world, p = _coll.world_size(), len(stages)
-        mesh = self.mesh
-        if mesh is None:
-            if world > 1 and world % p:
-                raise GraphcError(f"the model has {p} pipeline stages but the run has "
-                                  f"{world} processes; run a multiple of {p} (stages x "
-                                  f"data-parallel replicas)", user_location())
-            mesh = Mesh(dp=world // p if world > 1 else 1, pp=p)
-        elif mesh.pp != p:
-            raise GraphcError(f"the model has {p} pipeline stages but the mesh has "
-                              f"pp={mesh.pp}", user_location())
+        world = _coll.world_size()
         if world > 1:
             _check_same_program(world, Program(loss.graph, [loss.node], [], {}),
                                 any_groups=True)
+        me, chunks = _coll.rank() if world > 1 else 0, self.chunks
+
+        def peer_of(k: int, count: int) -> int:     # the process running stage k of count
+            pp = max(1, count // chunks)
+            return 0 if world == 1 else me - me % pp + k % pp
+
+        stages = split_stages(loss, params, self.stages, peer_of, self.recompute)
+        p = self._positions(len(stages))
+        mesh = self.mesh
+        if mesh is None:
+            if world > 1 and world % p:
+                raise GraphcError(f"the model has {len(stages)} pipeline stages on {p} "
+                                  f"processes each replica, but the run has {world} "
+                                  f"processes; run a multiple of {p} (pipeline x "
+                                  f"data-parallel replicas)", user_location())
+            mesh = Mesh(dp=world // p if world > 1 else 1, pp=p)
+        elif mesh.pp != p:
+            raise GraphcError(f"the model has {len(stages)} pipeline stages on {p} "
+                              f"processes ({self.chunks} each), but the mesh has "
+                              f"pp={mesh.pp}", user_location())
         split = {t.name for t in sharded}
-        mine = [mesh.stage] if mesh.stage is not None else list(range(p))
-        programs = {s: StagePrograms(stages[s], self, optimizer, kwargs, s == p - 1, mesh,
-                                     split) for s in mine}
+        mine = [s for s in range(len(stages)) if mesh.stage is None or s % p == mesh.stage]
+        programs = {s: StagePrograms(stages[s], self, optimizer, kwargs, s == len(stages) - 1,
+                                     mesh, split) for s in mine}
         for prog in programs.values():
             prog.setup(mesh)
-        return PipelineStep(self, programs, p, world, mesh)
+        return PipelineStep(self, programs, len(stages), world, mesh)
 
 
 class StagePrograms:
@@ -307,28 +367,25 @@ class StagePrograms:
         import graphc as gc
         self.stage, self.last = stage, last
         g = stage.graph
-        first = [stage.x_in] if stage.x_in is not None else []
-        inputs = first + stage.data
+        token = [stage.token] if stage.token is not None else []
+        inputs = token + stage.data
         self.sharded = {p.name for p in stage.params if p.name in split}
         with g:
             if last:           # every tensor-parallel peer seeds: 1/tp each (TensorParallel)
-                seed, extra = gc.full((), 1.0 / (pipe.microbatches * mesh.tp),
-                                      stage.y.dtype), []
-            else:
-                seed = gc.placeholder(stage.y.shape, stage.y.dtype,
-                                      name="pipeline/output_grad")
-                extra = [seed]
-            forward_ids = {n.id for n in g.ancestors([stage.y.node])}
-            grads = gc.vjp([stage.y], first + stage.params, [seed])
-        self.residuals = None          # None: the forward returns the output alone
-        if last or pipe.recompute:     # the backward program recomputes the forward
-            self.forward = None if last else gc.compile(stage.y, inputs=inputs)
-            bg, m, back_inputs = g, None, inputs + extra
+                target = stage.y
+                seed = gc.full((), 1.0 / (pipe.microbatches * mesh.tp), stage.y.dtype)
+            else:              # the send's cotangent only orders the output's receive
+                target, seed = stage.sent, gc.full((), 1.0, stage.sent.dtype)
+            forward_ids = {n.id for n in g.ancestors([target.node])}
+            grads = gc.vjp([target], token + stage.params, [seed])
+        self.residuals = None          # None: no forward program (the last stage)
+        if last:                       # forward and backward in one program
+            self.forward, bg, m, back_inputs = None, g, None, inputs
         else:                          # the forward program hands its residuals over
-            bg, m, residuals = _backward_graph(g, forward_ids, grads, seed)
+            bg, m, residuals = _backward_graph(g, forward_ids, grads, seed, pipe.recompute)
             self.residuals = len(residuals)
             with g:
-                self.forward = gc.compile({"y": stage.y, "residuals": [
+                self.forward = gc.compile({"sent": stage.sent, "residuals": [
                     Tensor(r) for r in residuals]}, inputs=inputs)
             by_name = {n.attrs["name"]: Tensor(n) for n in bg.placeholders()}
             back_inputs = [by_name[n] for n in sorted(by_name)]
@@ -338,11 +395,11 @@ class StagePrograms:
                                 name=bg.unique_name(f"{p.name}/pipeline_grad"))
                     for p in stage.params]
             outputs = {}
-            if first:
-                outputs["input_grad"] = grads[0]
+            if token:
+                outputs["sent"] = grads[0]
             if last:
                 outputs["loss"] = stage.y
-            p_grads = grads[len(first):]
+            p_grads = grads[len(token):]
             self.backward = gc.compile(outputs, inputs=back_inputs,
                                        updates={a: a + gp for a, gp in zip(accs, p_grads)})
             if m is None:

@@ -1,26 +1,66 @@
 """Running a compiled pipeline (graphc/distributed/pipeline.py): micro-batches through
-this process's stage(s) in the GPipe or 1F1B order, activations and cotangents sent
-point to point to the neighbouring stages' processes, the time each rank idles."""
+this process's stage(s) in the GPipe, 1F1B or interleaved 1F1B order, the time each
+rank idles. The programs themselves receive their inputs and send their outputs (and the
+cotangents back); this module only orders them.
+"""
 from __future__ import annotations
 
-import collections
 import time
 
 import numpy as np
 
 from graphc_runtime import collectives as _coll
+from graphc_runtime import point_to_point as _p2p
 from graphc_runtime.errors import GraphcError
 
 from ..ir import dtypes
 
-ACTIVATION_TAG, COTANGENT_TAG = 101, 102
+
+def operations(schedule: str, p: int, v: int, m: int, position: int | None) -> list:
+    """The (kind, stage, micro-batch) steps the process at pipeline `position` (of p,
+    each running v stages: k, k + p, ...) takes, kind "F" (forward) or "B" (backward);
+    position None: one process running every stage, each micro-batch through all of
+    them and back. Sends never wait and every process's order is the schedule's, so no
+    process waits on one that waits on it."""
+    stages = p * v
+    if position is None:
+        return [op for i in range(m) for op in
+                [("F", s, i) for s in range(stages)] +
+                [("B", s, i) for s in reversed(range(stages))]]
+    if schedule == "gpipe":
+        return [("F", position, i) for i in range(m)] + [("B", position, i) for i in range(m)]
+    if v == 1:
+        warmup = min(p - position - 1, m)
+        forwards = [("F", position, i) for i in range(m)]
+        backwards = [("B", position, i) for i in range(m)]
+    else:           # interleaved: p micro-batches through one chunk, then the next chunk
+        total = m * v
+        warmup = min((p - position - 1) * 2 + (v - 1) * p, total)
+
+        def step(k, kind):
+            chunk = (k % (p * v)) // p
+            if kind == "B":
+                chunk = v - 1 - chunk
+            return kind, chunk * p + position, (k // (p * v)) * p + k % p
+        forwards = [step(k, "F") for k in range(total)]
+        backwards = [step(k, "B") for k in range(total)]
+    ops = forwards[:warmup]
+    for k in range(len(forwards) - warmup):
+        ops += [forwards[warmup + k], backwards[k]]
+    return ops + backwards[len(forwards) - warmup:]
+
+
+def ideal_bubble(p: int, v: int, m: int) -> float:
+    """The idle fraction of a pipeline of p processes with v equal stages each over m
+    micro-batches, communication free: (p - 1) / (v m + p - 1)."""
+    return (p - 1) / (v * m + p - 1)
 
 
 class PipelineStep:
     """One training step over a whole batch: call with the data placeholders' arrays by
     name; returns {"loss": mean loss over the micro-batches} on every process.
-    `stats` after a step: stage(s), step and busy seconds, bubble against the ideal
-    (p - 1) / (m + p - 1), stashed bytes at most."""
+    `stats` after a step: stage(s), step and busy seconds (time waiting for messages
+    is idle), bubble against the ideal (p - 1) / (v m + p - 1), stashed bytes at most."""
 
     def __init__(self, pipeline, programs: dict, stages: int, world: int, mesh):
         self.pipeline, self.programs, self.stages, self.world = pipeline, programs, stages, world
@@ -52,40 +92,40 @@ class PipelineStep:
         return out
 
     def __call__(self, **feeds) -> dict:
-        m = self.pipeline.microbatches
+        m, v = self.pipeline.microbatches, self.pipeline.chunks
+        p = self.stages // v
         chunks = self._microbatches(feeds, m)
         start = time.perf_counter()
         self._busy, self._stash_peak = 0.0, 0
         if self.world == 1:
-            losses = self._run_locally(chunks)
-        else:
-            (s,) = self.programs
-            losses = self._run_stage(s, chunks)
+            _p2p.clear_loopback()
+        position = None if self.world == 1 else self.mesh.stage
+        losses = self._run(operations(self.pipeline.schedule, p, v, m, position), chunks)
         for prog in self.programs.values():
             if prog.update is not None:
                 t = time.perf_counter()
                 prog.update()
                 self._busy += time.perf_counter() - t
+        _p2p.finish_sends(f"stage(s) {sorted(self.programs)}'s sends to its neighbours")
         loss = np.array(sum(losses) / m if losses else 0.0)
         if self.world > 1:
             loss = self._loss_from_last(np.array([loss], np.float64)).reshape(())
         elapsed = time.perf_counter() - start
-        p = self.stages
         self.stats = {"stages": sorted(self.programs), "microbatches": m,
                       "schedule": self.pipeline.schedule, "step_seconds": elapsed,
                       "busy_seconds": self._busy,
                       "bubble": max(0.0, 1.0 - self._busy / elapsed),
-                      "ideal_bubble": (p - 1) / (m + p - 1) if self.world > 1 else 0.0,
+                      "ideal_bubble": ideal_bubble(p, v, m) if self.world > 1 else 0.0,
                       "stash_peak_bytes": self._stash_peak, "memory": self.memory}
         return {"loss": loss}
 
     def _loss_from_last(self, loss: np.ndarray) -> np.ndarray:
         """Each replica's last stage holds its loss: their mean, on every process."""
-        rank = _coll.comm().Get_rank()
-        mine = loss if rank % self.stages == self.stages - 1 else np.zeros_like(loss)
+        pp = self.mesh.pp
+        mine = loss if _coll.rank() % pp == pp - 1 else np.zeros_like(loss)
         total = np.empty_like(mine)
         _coll.run("all_reduce", {"op": "sum", "axis_size": self.world}, mine, total)
-        return total / (self.world // self.stages)
+        return total / (self.world // pp)
 
     def _microbatches(self, feeds: dict, m: int) -> list[dict]:
         names = {t.node.attrs["name"]: t for prog in self.programs.values()
@@ -107,109 +147,41 @@ class PipelineStep:
         return out
 
     def _call(self, exe, **feeds):
+        """Run a program; the time it waited for messages is idle, the rest busy."""
         feeds = {name: feeds[name] for name in exe.input_names}
-        t = time.perf_counter()
+        t, waited = time.perf_counter(), _p2p.recv_wait_seconds()
         out = exe(**feeds)
-        self._busy += time.perf_counter() - t
+        self._busy += time.perf_counter() - t - (_p2p.recv_wait_seconds() - waited)
         return out
 
-    def _forward(self, prog, feeds: dict) -> np.ndarray:
-        """Run a stage's forward program; its residuals (if it hands them over) join the
-        micro-batch's stashed feeds. Returns the stage's output."""
-        out = self._call(prog.forward, **feeds)
-        if prog.residuals is not None:
-            for k, r in enumerate(out["residuals"]):
-                feeds[f"pipeline/residual{k}"] = r
-            out = out["y"]
-        return out
-
-    def _note_stash(self, stash) -> None:
+    def _note_stash(self, stash: dict) -> None:
         """Track the most bytes of stage inputs and residuals held between passes."""
-        held = sum(a.nbytes for feeds in stash for name, a in feeds.items()
+        held = sum(a.nbytes for feeds in stash.values() for name, a in feeds.items()
                    if name.startswith("pipeline/"))
         self._stash_peak = max(self._stash_peak, held)
 
-    @staticmethod
-    def _data(prog, chunk: dict) -> dict:
-        return {t.node.attrs["name"]: chunk[t.node.attrs["name"]] for t in prog.stage.data}
-
-    def _run_locally(self, chunks: list) -> list:
-        """Every stage in this process: each micro-batch forward through the stages, then
-        backward."""
-        order = sorted(self.programs)
+    def _run(self, ops: list, chunks: list) -> list:
+        """Run `ops` (see operations): a forward stashes the micro-batch's feeds and the
+        residuals its program returns until its backward; the last stage's one program
+        runs at its forward. Returns the last stage's losses."""
+        stash: dict = {}
         losses = []
-        for chunk in chunks:
-            x, stash = None, []
-            for s in order:
-                prog = self.programs[s]
-                feeds = self._data(prog, chunk)
-                if x is not None:
-                    feeds["pipeline/stage_input"] = x
-                stash.append(feeds)
+        for kind, s, i in ops:
+            prog = self.programs[s]
+            if kind == "B":
                 if not prog.last:
-                    x = self._forward(prog, feeds)
-            self._note_stash(stash)
-            g = None
-            for s in reversed(order):
-                prog, feeds = self.programs[s], stash[s]
-                if g is not None:
-                    feeds["pipeline/output_grad"] = g
-                out = self._call(prog.backward, **feeds)
-                if prog.last:
-                    losses.append(float(out["loss"]))
-                g = out.get("input_grad")
-        return losses
-
-    def _run_stage(self, s: int, chunks: list) -> list:
-        """This process's stage s of p, in the pipeline's schedule, talking to the
-        neighbouring stages' processes of the same replica."""
-        prog, p, m = self.programs[s], self.stages, len(chunks)
-        rank = _coll.comm().Get_rank()
-        prev, nxt = rank - 1, rank + 1
-        stash: collections.deque = collections.deque()
-        sends: list = []
-        losses: list = []
-        x_in, y = prog.stage.x_in, prog.stage.y
-
-        def receive(like, source, tag, what):
-            buf = np.empty(like.shape, dtypes.to_numpy(like.dtype))
-            return _coll.receive(buf, source, tag, what)
-
-        def forward(i):
-            feeds = self._data(prog, chunks[i])
-            if s > 0:
-                feeds["pipeline/stage_input"] = receive(
-                    x_in, prev, ACTIVATION_TAG, f"the activation of micro-batch {i} from "
-                    f"stage {s - 1} (rank {prev})")
-            stash.append(feeds)
-            if not prog.last:
-                out = np.ascontiguousarray(self._forward(prog, feeds))
-                sends.append((_coll.send(out, nxt, ACTIVATION_TAG), out))
-            self._note_stash(stash)
-
-        def backward(i):
-            feeds = stash.popleft()
-            if not prog.last:
-                feeds["pipeline/output_grad"] = receive(
-                    y, nxt, COTANGENT_TAG, f"the cotangent of micro-batch {i} from stage "
-                    f"{s + 1} (rank {nxt})")
-            out = self._call(prog.backward, **feeds)
+                    self._call(prog.backward, **stash.pop((s, i)))
+                continue
+            feeds = {t.node.attrs["name"]: chunks[i][t.node.attrs["name"]]
+                     for t in prog.stage.data}
+            if prog.stage.token is not None:
+                feeds["pipeline/token"] = np.zeros((), dtypes.to_numpy(prog.stage.token.dtype))
             if prog.last:
-                losses.append(float(out["loss"]))
-            if s > 0:
-                g = np.ascontiguousarray(out["input_grad"])
-                sends.append((_coll.send(g, prev, COTANGENT_TAG), g))
-
-        # the last stage runs forward and backward as one program, at once (in both
-        # schedules: nothing it could do instead)
-        warmup = 0 if prog.last else m if self.pipeline.schedule == "gpipe" else \
-            min(p - s - 1, m)
-        for i in range(warmup):
-            forward(i)
-        for k in range(m - warmup):
-            forward(warmup + k)
-            backward(k)
-        for k in range(m - warmup, m):
-            backward(k)
-        _coll.wait_all([r for r, _ in sends], f"stage {s}'s sends to its neighbours")
+                losses.append(float(self._call(prog.backward, **feeds)["loss"]))
+                continue
+            out = self._call(prog.forward, **feeds)
+            for k, r in enumerate(out["residuals"]):
+                feeds[f"pipeline/residual{k}"] = r
+            stash[(s, i)] = feeds
+            self._note_stash(stash)
         return losses

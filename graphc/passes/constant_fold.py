@@ -15,7 +15,8 @@ from .program import Program, rebuild
 
 MAX_ELEMENTS = 1024
 _NEVER = {"parameter", "variable", "constant", "rng", "all_reduce", "all_gather",
-          "reduce_scatter", "broadcast_in_dim",     # broadcasts stay views
+          "reduce_scatter", "send", "recv",    # messages
+          "broadcast_in_dim",     # broadcasts stay views
           "scan", "while", "cond", "get"}          # loops may run long; tuples are no arrays
 
 

@@ -2,7 +2,8 @@
 
 Sources with identity (parameters, variables) and rng (keyed, but two draws with the
 same key are equal by definition, so rng is merged too) are keyed by their attributes.
-Constants are keyed by dtype, shape and bytes.
+Constants are keyed by dtype, shape and bytes. Sends and receives are never merged (each
+is one message).
 """
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ def cse(program: Program) -> Program:
     seen: dict = {}
 
     def rewrite(builder, node, inputs):
+        if node.op in ("send", "recv"):
+            return builder.copy(node, inputs)
         key = (node.op, tuple(i.id for i in inputs),
                tuple(sorted((k, _attr_key(v)) for k, v in node.attrs.items())))
         if key in seen:

@@ -1,5 +1,6 @@
 """Run under mpiexec -n 2 or 4 (tests/test_distributed.py): pipeline-parallel training
-(GPipe and 1F1B; on 4 ranks also 2 stages x 2 data-parallel replicas) against the same
+(GPipe, 1F1B and interleaved 1F1B with 2 stages per rank; on 4 ranks also 2 stages x 2
+data-parallel replicas) against the same
 model in one process on the whole batch, float64, 20 steps: losses and variables within
 1e-9, bitwise equal across two runs. Prints 'pipeline ok <rank>'."""
 import numpy as np
@@ -10,7 +11,7 @@ RANK, SIZE = gc.distributed.rank(), gc.distributed.size()
 MB, STEPS, LAYERS = 3, 20, 4
 
 
-def model(batch, stages, microbatches=None, schedule=None, recompute=False):
+def model(batch, stages, microbatches=None, schedule=None, recompute=False, chunks=1):
     with gc.Graph("mlp"):
         x = gc.placeholder((batch, 8), "float64", name="x")
         y = gc.placeholder((batch,), "int32", name="y")
@@ -26,7 +27,7 @@ def model(batch, stages, microbatches=None, schedule=None, recompute=False):
         loss = gc.nn.softmax_cross_entropy(h, y).mean()
         if stages == 1 and microbatches is None:
             return gc.compile({"loss": loss}, updates=gc.optim.adam(loss, params, lr=0.02))
-        pipe = gc.distributed.Pipeline(microbatches, schedule, recompute)
+        pipe = gc.distributed.Pipeline(microbatches, schedule, recompute, chunks=chunks)
         return pipe.compile(loss, params, gc.optim.adam, lr=0.02)
 
 
@@ -36,14 +37,14 @@ def data(total):
             for _ in range(STEPS)]
 
 
-def check(stages, replicas, m, schedule, recompute=False):
+def check(stages, replicas, m, schedule, recompute=False, chunks=1):
     total = MB * m * replicas
     want = model(total, 1)
     want_losses = [float(want(x, y)["loss"]) for x, y in data(total)]
     runs = []
     for _ in range(2):
-        step = model(MB, stages, m, schedule, recompute)
-        replica = RANK // stages
+        step = model(MB, stages, m, schedule, recompute, chunks)
+        replica = RANK // (stages // chunks)
         part = slice(replica * MB * m, (replica + 1) * MB * m)
         losses = [float(step(x=x[part], y=y[part])["loss"]) for x, y in data(total)]
         runs.append((losses, {k: np.array(v) for k, v in step.variables.items()}))
@@ -65,8 +66,10 @@ def check(stages, replicas, m, schedule, recompute=False):
 
 configs = [(SIZE, 1, 4, "gpipe", False), (SIZE, 1, 4, "1f1b", False),
            (SIZE, 1, 4, "1f1b", True), (SIZE, 1, 1, "1f1b", False)]
+if SIZE == 2:       # 4 stages on 2 processes, 2 each (interleaved)
+    configs += [(4, 1, 4, "interleaved", False, 2), (4, 1, 2, "interleaved", True, 2)]
 if SIZE == 4:
-    configs.append((2, 2, 4, "1f1b", False))
-for stages, replicas, m, schedule, recompute in configs:
-    check(stages, replicas, m, schedule, recompute)
+    configs += [(2, 2, 4, "1f1b", False), (4, 2, 4, "interleaved", False, 2)]
+for config in configs:
+    check(*config)
 print(f"pipeline ok {RANK}", flush=True)
