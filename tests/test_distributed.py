@@ -120,6 +120,13 @@ def test_a_hung_rank_makes_the_others_fail_naming_it_and_the_collective(monkeypa
     assert line, r.stdout[-3000:] + r.stderr[-3000:]
     assert "all_reduce (mean)" in line[0] and "rank(s) [1] did not arrive" in line[0]
     assert float(line[0].split("after ")[1].split(" s")[0]) < 30
+    # a pipeline's hung last stage: its neighbour's receive names it
+    r = run_mpi(os.path.join(HERE, "mpi", "fault_check.py"), args=("stage",), timeout=120)
+    assert r.returncode != 0
+    line = [s for s in r.stdout.splitlines() if s.startswith("rank 0 after")]
+    assert line, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "recv of float32[2, 6] from rank 1 (tag 3) did not complete within 3 s" in line[0]
+    assert float(line[0].split("after ")[1].split(" s")[0]) < 30
 
 
 def test_a_dead_rank_ends_the_job_and_a_shape_mismatch_is_refused_before_a_step():
