@@ -115,22 +115,24 @@ def fit_memory_budget(optimized, plan, lowered, budget, fuse, lower_program):
     bytes or nothing is left to recompute; the program kept, and what happened."""
     t0 = time.perf_counter()
     before = lowered.memory.arena_bytes
-    recomputed, limit = 0, 8
+    recomputed, limit, failed = 0, 8, set()
     for _ in range(12):
         arena = lowered.memory.arena_bytes
-        if not isinstance(arena, int) or arena <= budget or limit < 1:
+        if not isinstance(arena, int) or arena <= budget:
             break
         peak, across = plan_peak(plan, lowered)
-        smaller, count = rematerialize(optimized, arena - budget, peak, across, limit)
-        if not count:
+        smaller, chosen = rematerialize(optimized, arena - budget, peak, across, limit,
+                                        failed)
+        if not chosen:
             break
         new_plan = fuse(smaller)
         new_lowered = lower_program(smaller, new_plan)
-        if new_lowered.memory.arena_bytes >= arena:      # no better: fewer at a time
-            limit //= 2
+        if new_lowered.memory.arena_bytes >= arena:      # no better: try the others
+            failed.update(chosen)
             continue
         optimized, plan, lowered = smaller, new_plan, new_lowered
-        recomputed += count
+        failed = set()                                   # ids of the old program
+        recomputed += len(chosen)
     arena = lowered.memory.arena_bytes
     return optimized, plan, lowered, {
         "budget": budget, "arena_before": before, "arena": arena,

@@ -138,11 +138,13 @@ def plan_peak(plan, lowered) -> tuple[set, set]:
 
 
 def rematerialize(program: Program, excess: int, peak: set = frozenset(),
-                  across: set | None = None, limit: int = 1 << 30) -> tuple[Program, int]:
+                  across: set | None = None, limit: int = 1 << 30,
+                  exclude: set = frozenset()) -> tuple[Program, list]:
     """The program with values recomputed before late uses, freeing about `excess`
     bytes after the nodes `peak` (a kernel's), among the nodes `across` them (default:
-    the estimated peak and the values the estimate has there), at most `limit` of them;
-    and how many values it recomputes (0: no candidate left)."""
+    the estimated peak and the values the estimate has there) but not `exclude`, at
+    most `limit` of them; and the ids of the values it recomputes (none: no candidate
+    left)."""
     live = Liveness(program)
     if any(not isinstance(d, int) for n in live.order for d in n.shape):
         return program, 0
@@ -150,7 +152,7 @@ def rematerialize(program: Program, excess: int, peak: set = frozenset(),
     at = max(spots) if spots else live.peak()[1]
     candidates = []
     for n in live.order:
-        if (n.id not in across) if across else not _takes_memory(n):
+        if ((n.id not in across) if across else not _takes_memory(n)) or n.id in exclude:
             continue
         if live.pos[n.id] >= at or live.last[n.id] <= at:
             continue
@@ -159,8 +161,9 @@ def rematerialize(program: Program, excess: int, peak: set = frozenset(),
         if after >= len(live.order) or at - before < MIN_IDLE or after - at < MIN_IDLE:
             continue
         chain: dict = {}
-        if not _plan(n, after, live, 0, chain):
-            continue
+        if not _plan(n, after, live, 0, chain) or \
+                all(lookup(c.op).remap for c in chain.values()):
+            continue       # (a view of values kept anyway frees nothing: it is theirs)
         cost = sum(work_of(c) for c in chain.values())
         candidates.append((cost / max(1, _nbytes(n)), n, after, chain))
     candidates.sort(key=lambda c: c[0])
@@ -171,8 +174,8 @@ def rematerialize(program: Program, excess: int, peak: set = frozenset(),
         chosen[n.id] = (after, chain)
         freed += _nbytes(n)
     if not chosen:
-        return program, 0
-    return _apply(program, live, chosen), len(chosen)
+        return program, []
+    return _apply(program, live, chosen), list(chosen)
 
 
 def _root(node, chosen: dict):
