@@ -66,6 +66,27 @@ def test_expensive_shared_producer_is_materialized(graph):
     assert "materialize" in exe.dump("fused")
 
 
+def test_depthwise_convolution_under_a_channel_norm_is_written_once_in_its_layout(graph):
+    """ConvNeXt's block start: a depthwise 7 x 7 convolution (NCHW), transposed to
+    channels last and layer-normed. The convolution's terms get their own loop kernel
+    writing the NCHW result (its layout: the windows vectorize along rows); the norm's
+    row kernel reads it through the transpose, instead of recomputing 49 terms per
+    channel in each of its passes over a channel row."""
+    c = 16
+    x = gc.placeholder((1, c, 20, 20), name="x")
+    w = gc.constant(rand((c, 1, 7, 7), 1) * 0.2)
+    y = gc.transpose(gc.nn.conv2d(x, w, padding=3, groups=c), (0, 2, 3, 1))
+    out = gc.nn.layer_norm(y, gc.constant(rand(c, 2)), gc.constant(rand(c, 3)))
+    exe = check_compiled(out, {"x": rand((1, c, 20, 20))})
+    groups = [line for line in exe.dump("fused").splitlines() if line.startswith("group ")]
+    windows = [line for line in groups if "window_view" in line]
+    assert windows and all("[loop]" in line for line in windows), windows
+    for line in windows:                   # its result: the convolution's, not transposed
+        roots = re.search(r"roots ([^:]*):", line).group(1).split(", ")
+        assert all(f"{r}:transpose" not in line for r in roots), line
+    assert any("[row]" in line for line in groups)
+
+
 def test_residual_sum_read_by_two_kernels_is_written_once(graph):
     """h2 = relu(relu(2x) + y1 + y2) feeds a kernel of its shape and a strided slice:
     recomputing it there would reread x, y1 and y2 (three times its size) where writing

@@ -193,6 +193,15 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
                 for u in us)
             if cost[n.id] * amplification > DUPLICATION_LIMIT * max(1, len(us) // 2 + 1) \
                     and cost[n.id] > 0:
+                x = n.inputs[0] if n.op == "transpose" else None
+                if x is not None and cls[x.id] == "fusible" and users[x.id] == [n]:
+                    # the value under a transpose is written in its own layout (its
+                    # kernel vectorizes there); its readers take the transpose as strides
+                    materialized.add(x.id)
+                    decisions.append(f"materialize %{x.id} ({x.op}) under %{n.id} "
+                                     f"(transpose): recomputing it in {len(us)} consumer(s) "
+                                     f"costs {cost[n.id]} ops x {amplification:.1f}")
+                    continue
                 materialized.add(n.id)
                 decisions.append(f"materialize %{n.id} ({n.op}): recomputing it in "
                                  f"{len(us)} consumer(s) costs {cost[n.id]} ops x "
@@ -337,7 +346,13 @@ def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False)
                     _layout_fits(r, anchor))
                    for r in other.roots) and \
             (a.anchor is not None and a.kind in ("dot", "conv"))
-    # row: every reduction over one domain; loop parts over that domain or its rows
+    # row: every reduction over one domain; loop parts over that domain or its rows. A
+    # row kernel reads its operands in more than one pass (a norm's mean, then each
+    # element minus it), along its rows: a depthwise convolution's terms (windows over
+    # another layout) are written once by their own kernel instead
+    if producer_consumer and a.kind == "loop" and b.kind == "row" and \
+            any(m.op == "window_view" for m in a.members.values()):
+        return False
     sigs = {K.reduction_signature(m) for g in (a, b) for m in g.members.values()
             if m.op in K.REDUCE_KIND}
     if len(sigs) != 1:
