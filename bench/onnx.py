@@ -1,11 +1,13 @@
 """graphc against onnxruntime on the ONNX models of bench/onnx_models.py: `python -m
 bench.onnx` (in `make bench`). onnxruntime runs with the CPU execution provider, all graph
-optimizations and intra-op threads = cores; both are timed alternately in the same run at
-batch 1 and 32, and each figure is printed as the ratio onnxruntime / graphc (> 1: graphc
-is faster), with the geometric mean. Outputs are checked against each other first. Compile
-times: graphc's first compile (cold caches), its second (the program from the program
-cache, graphc/program_cache.py) and onnxruntime's session creation; `python -m
-bench.compile_time` measures them in fresh processes."""
+optimizations and intra-op threads = cores (its default spinning: without it, its small
+models wait on thread wake-ups; bench.contention runs each engine in its own process);
+both are timed alternately in the same run at batch 1 and 32 (`--real`: the CNNs at
+224 x 224, batch 1 and 8), and each figure is printed as the ratio onnxruntime / graphc
+(> 1: graphc is faster), with the geometric mean. Outputs are checked against each other
+first. Compile times: graphc's first compile (cold caches), its second (the program from
+the program cache, graphc/program_cache.py) and onnxruntime's session creation;
+`python -m bench.compile_time` measures them in fresh processes."""
 from __future__ import annotations
 
 import argparse
@@ -20,10 +22,12 @@ def _time(fn, repeat):
     return median_ms(fn, repeat)
 
 
-def run(batches=(1, 32), models=None, repeat: int = 20, rounds: int = 3) -> list[dict]:
+def run(batches=(1, 32), models=None, repeat: int = 20, rounds: int = 3,
+        real: bool = False) -> list[dict]:
     import onnxruntime as ort
     import graphc.onnx as gonnx
-    from .onnx_models import MODELS
+    from .onnx_models import MODELS, REAL_MODELS
+    MODELS = REAL_MODELS if real else MODELS
     rng = np.random.default_rng(0)
     cores = os.cpu_count() or 1
     rows = []
@@ -62,6 +66,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--quick", action="store_true", help="batch 1 only, fewer repeats")
     p.add_argument("--models", nargs="*")
+    p.add_argument("--real", action="store_true",
+                   help="the CNNs at 224 x 224 (ResNet-50-, MobileNetV2-sized, ConvNeXt-style) "
+                        "at batch 1 and 8")
     args = p.parse_args(argv)
     try:
         import onnx  # noqa: F401
@@ -72,15 +79,16 @@ def main(argv=None) -> int:
     import tempfile
     with tempfile.TemporaryDirectory() as cache:    # a cold object cache: first compiles
         os.environ["GRAPHC_CACHE_DIR"] = cache       # miss, second ones hit
-        rows = run(batches=(1,) if args.quick else (1, 32), models=args.models,
-                   repeat=5 if args.quick else 20, rounds=2 if args.quick else 3)
+        batches = (1,) if args.quick else (1, 8) if args.real else (1, 32)
+        rows = run(batches=batches, models=args.models, repeat=5 if args.quick else 20,
+                   rounds=2 if args.quick else 3, real=args.real)
     print(f"graphc vs onnxruntime {onnxruntime.__version__} (CPU EP, ORT_ENABLE_ALL, "
           f"{os.cpu_count()} intra-op threads); ratio = onnxruntime / graphc, > 1: graphc "
           f"faster")
-    print(f"{'model':<10} {'batch':>5} {'graphc ms':>10} {'ort ms':>9} {'ratio':>6} "
+    print(f"{'model':<12} {'batch':>5} {'graphc ms':>10} {'ort ms':>9} {'ratio':>6} "
           f"{'rel err':>8} {'compile s':>9} {'cached s':>8} {'ort session s':>13}")
     for r in rows:
-        print(f"{r['model']:<10} {r['batch']:>5} {r['graphc_ms']:>10.3f} "
+        print(f"{r['model']:<12} {r['batch']:>5} {r['graphc_ms']:>10.3f} "
               f"{r['onnxruntime_ms']:>9.3f} {r['ratio']:>6.2f} {r['rel_err']:>8.1e} "
               f"{r['compile_s']:>9.2f} {r['cached_compile_s']:>8.2f} {r['session_s']:>13.2f}")
     geo = float(np.exp(np.mean([np.log(r["ratio"]) for r in rows])))

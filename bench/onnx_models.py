@@ -1,8 +1,9 @@
 """Four ONNX models built with onnx.helper, shaped like what exporters emit: a
 ResNet-style CNN, a MobileNet-style depthwise CNN, a BERT-style encoder and a GPT-style
-causal decoder (random weights, fixed seed); and a ConvNeXt-style CNN at 224 x 224 for
-compile times (not in MODELS). Used by tests/test_onnx_models.py and
-bench/onnx.py; each builder takes the batch size and returns (ModelProto, feeds maker).
+causal decoder (random weights, fixed seed); and CNNs at real sizes, 224 x 224
+(REAL_MODELS: ResNet-50-sized, MobileNetV2-sized, ConvNeXt-style). Used by
+tests/test_onnx_models.py and bench/onnx.py; each builder takes the batch size and
+returns (ModelProto, feeds maker).
 """
 from __future__ import annotations
 
@@ -235,4 +236,46 @@ def gpt(batch: int, seq: int = 64, hidden: int = 128, heads: int = 4, layers: in
     return m, lambda rng: {ids: rng.integers(0, vocab, (batch, seq)).astype(np.int64)}
 
 
+def resnet50(batch: int, size: int = 224, classes: int = 1000, depths=(3, 4, 6, 3)):
+    """ResNet-50-sized: a 7 x 7 stride-2 stem and max pool, then bottleneck blocks
+    (1 x 1, 3 x 3, 1 x 1 with 4x expansion) of 64..512 channels, depths 3-4-6-3."""
+    b = _Builder(6)
+    x = "image"
+    h = b.conv_bn(x, 3, 64, 7, 2)
+    h = b.op("MaxPool", [h], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (width, depth) in enumerate(zip((64, 128, 256, 512), depths)):
+        for k in range(depth):
+            stride, cout = (2 if stage and not k else 1), 4 * width
+            y = b.conv_bn(h, cin, width, 1)
+            y = b.conv_bn(y, width, width, 3, stride)
+            y = b.conv_bn(y, width, cout, 1, act=None)
+            skip = h if cin == cout and stride == 1 else \
+                b.conv_bn(h, cin, cout, 1, stride, act=None)
+            h = b.op("Relu", [b.op("Add", [y, skip])])
+            cin = cout
+    return _classifier(b, "resnet50", x, h, cin, batch, size, classes)
+
+
+def mobilenet_v2(batch: int, size: int = 224, classes: int = 1000):
+    """MobileNetV2-sized: inverted residual blocks (1 x 1 expansion by 6, depthwise
+    3 x 3, 1 x 1 projection), 16..320 channels, ReLU6, a 1280-channel head."""
+    b = _Builder(7)
+    x = "image"
+    h = b.conv_bn(x, 3, 32, 3, 2, act="relu6")
+    c = 32
+    for t, cout, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2),
+                          (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
+        for k in range(n):
+            stride, hidden = (s if k == 0 else 1), c * t
+            y = h if t == 1 else b.conv_bn(h, c, hidden, 1, act="relu6")
+            y = b.conv_bn(y, hidden, hidden, 3, stride, group=hidden, act="relu6")
+            y = b.conv_bn(y, hidden, cout, 1, act=None)
+            h = b.op("Add", [h, y]) if stride == 1 and c == cout else y
+            c = cout
+    h = b.conv_bn(h, c, 1280, 1, act="relu6")
+    return _classifier(b, "mobilenet_v2", x, h, 1280, batch, size, classes)
+
+
 MODELS = {"resnet": resnet, "mobilenet": mobilenet, "bert": bert, "gpt": gpt}
+REAL_MODELS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "convnext": convnext}
