@@ -31,6 +31,9 @@ def test_onnx_bench_compares_with_onnxruntime(capsys):
     printed = capsys.readouterr().out
     assert "graphc vs onnxruntime" in printed and "geometric mean ratio" in printed
     assert "mobilenet" in printed and "gpt" in printed
+    # a CNN at 224 x 224 (the real sizes' table): it matches onnxruntime (the exit code)
+    assert onnx_main(["--quick", "--real", "--models", "mobilenet_v2"]) == 0
+    assert "mobilenet_v2     1" in capsys.readouterr().out
 
 
 def test_control_flow_bench_runs(capsys):
