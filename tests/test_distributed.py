@@ -165,29 +165,37 @@ def _stacked_mlp(batch, boundaries, skip=False, tie=False):
     return (h * h).mean(), list(dict.fromkeys(ws, None)) if not tie else ws[:2]
 
 
+def _against_plain(model, pipeline, optimizer, names, batches=4):
+    """Train model(12, False) in one program and model(3, True) through `pipeline` on
+    the same batches: losses and the variables `names` equal. Returns the step."""
+    rng = np.random.default_rng(1)
+    data = [rng.standard_normal((12, 5)) for _ in range(batches)]
+    with gc.Graph():
+        loss, params = model(12, False)
+        plain = gc.compile(loss, updates=optimizer(loss, params, lr=0.05))
+        want = [float(plain(b)) for b in data]
+    with gc.Graph():
+        loss, params = model(3, True)
+        step = pipeline.compile(loss, params, optimizer, lr=0.05)
+        got = [float(step(x=b)["loss"]) for b in data]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    for k in names:
+        np.testing.assert_allclose(step.variables[k], plain.variables[k], rtol=1e-10)
+    return step
+
+
 @pytest.mark.parametrize("schedule,recompute,chunks", [
     ("1f1b", False, 1), ("gpipe", False, 1), ("1f1b", True, 1), ("interleaved", False, 3)])
 def test_pipeline_on_one_process_runs_every_stage_and_equals_plain_training(schedule, recompute,
                                                                            chunks):
-    rng = np.random.default_rng(1)
-    batches = [rng.standard_normal((12, 5)) for _ in range(4)]
-    with gc.Graph():
-        loss, params = _stacked_mlp(12, False)
-        plain = gc.compile(loss, updates=gc.optim.adam(loss, params, lr=0.05))
-        want = [float(plain(b)) for b in batches]
-    with gc.Graph():
-        loss, params = _stacked_mlp(3, True)
-        step = gc.distributed.Pipeline(4, schedule, recompute, chunks=chunks).compile(
-            loss, params, gc.optim.adam, lr=0.05)
-        got = [float(step(x=b)["loss"]) for b in batches]
-    np.testing.assert_allclose(got, want, rtol=1e-12)
-    for k in ("w0", "w1", "w2"):
-        np.testing.assert_allclose(step.variables[k], plain.variables[k], rtol=1e-10)
+    step = _against_plain(_stacked_mlp, gc.distributed.Pipeline(
+        4, schedule, recompute, chunks=chunks), gc.optim.adam, ("w0", "w1", "w2"))
     assert step.stats["stages"] == [0, 1, 2] and step.stats["microbatches"] == 4
+    x = np.zeros((12, 5))
     with pytest.raises(gc.GraphcError, match="must hold 4 micro-batches"):
-        step(x=batches[0][:10])
+        step(x=x[:10])
     with pytest.raises(gc.GraphcError, match="missing input"):
-        step(y=batches[0])
+        step(y=x)
 
 
 def _looping_model(batch, boundary):
@@ -206,20 +214,8 @@ def _looping_model(batch, boundary):
 
 @pytest.mark.parametrize("recompute", [False, True])
 def test_pipeline_stages_may_hold_loops_and_conds(recompute):
-    rng = np.random.default_rng(1)
-    batches = [rng.standard_normal((12, 5)) for _ in range(3)]
-    with gc.Graph():
-        loss, params = _looping_model(12, False)
-        plain = gc.compile(loss, updates=gc.optim.sgd(loss, params, lr=0.05))
-        want = [float(plain(b)) for b in batches]
-    with gc.Graph():
-        loss, params = _looping_model(3, True)
-        step = gc.distributed.Pipeline(4, recompute=recompute).compile(
-            loss, params, gc.optim.sgd, lr=0.05)
-        got = [float(step(x=b)["loss"]) for b in batches]
-    np.testing.assert_allclose(got, want, rtol=1e-12)
-    for k in ("w0", "w1"):
-        np.testing.assert_allclose(step.variables[k], plain.variables[k], rtol=1e-12)
+    _against_plain(_looping_model, gc.distributed.Pipeline(4, recompute=recompute),
+                   gc.optim.sgd, ("w0", "w1"), batches=3)
 
 
 def test_pipeline_refuses_values_crossing_stages_and_bad_settings():
