@@ -23,6 +23,7 @@ from .schedule import fusion, memory
 from .schedule.lower import lower
 
 DRIVER_OPTIONS = {"dump_dir", "fuse", "distributed", "winograd", "memory_budget"}
+BUDGET_ROUNDS, VALUES_PER_ROUND = 12, 8     # memory_budget: lowerings at most, values each
 
 
 def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) -> Executable:  # noqa: A001
@@ -81,9 +82,9 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     lowered = lower(optimized, plan, input_nodes, policy, compile_body)
     seconds["schedule_and_memory"] = time.perf_counter() - t0
     budget_stats = None
-    if options.get("memory_budget") is not None:
+    if budget is not None:
         optimized, plan, lowered, budget_stats = fit_memory_budget(
-            optimized, plan, lowered, options["memory_budget"],
+            optimized, plan, lowered, budget,
             lambda prog: fusion.plan(prog, policy),
             lambda prog, pl: lower(prog, pl, _same_inputs(prog, input_nodes), policy,
                                    compile_body))
@@ -115,14 +116,14 @@ def fit_memory_budget(optimized, plan, lowered, budget, fuse, lower_program):
     bytes or nothing is left to recompute; the program kept, and what happened."""
     t0 = time.perf_counter()
     before = lowered.memory.arena_bytes
-    recomputed, limit, failed = 0, 8, set()
-    for _ in range(12):
+    recomputed, failed = 0, set()
+    for _ in range(BUDGET_ROUNDS):
         arena = lowered.memory.arena_bytes
         if not isinstance(arena, int) or arena <= budget:
             break
         peak, across = plan_peak(plan, lowered)
-        smaller, chosen = rematerialize(optimized, arena - budget, peak, across, limit,
-                                        failed)
+        smaller, chosen = rematerialize(optimized, arena - budget, peak, across,
+                                        VALUES_PER_ROUND, failed)
         if not chosen:
             break
         new_plan = fuse(smaller)

@@ -118,22 +118,24 @@ def timeout_seconds() -> float:
     return seconds
 
 
-def _wait(request, what: str) -> None:
-    """Wait for a non-blocking collective: poll for SPIN_SECONDS (as MPI's blocking calls
-    do), then sleep in growing steps up to 1 ms; past the deadline, find who is missing
-    and raise CollectiveError."""
-    if request.Test():
+def wait(request, what: str, status=None, on_timeout=None) -> None:
+    """Wait for a non-blocking request (filling `status` if given): poll for
+    SPIN_SECONDS (as MPI's blocking calls do), then sleep in growing steps up to 1 ms;
+    past the deadline call on_timeout(what, limit), which raises (default: find which
+    ranks are missing from the collective and raise CollectiveError)."""
+    test = request.Test if status is None else lambda: request.Test(status)
+    if test():
         return
     limit = timeout_seconds()
     start = time.monotonic()
     pause = 0.0
-    while not request.Test():
+    while not test():
         waited = time.monotonic() - start
         if waited > SPIN_SECONDS:
             pause = min(1e-3, pause * 2 or 2e-5)
             time.sleep(pause)
         if waited > limit:
-            _missing(what, limit)
+            (on_timeout or _missing)(what, limit)
 
 
 def _missing(what: str, limit: float) -> None:
@@ -184,25 +186,25 @@ def run(op: str, attrs: dict, src: np.ndarray, dst: np.ndarray) -> None:
     size = c.Get_size()
     if op == "all_reduce":
         mpi_op = MPI.MAX if attrs["op"] == "max" else MPI.SUM
-        _wait(c.Iallreduce(src, dst, op=mpi_op), f"all_reduce ({attrs['op']})")
+        wait(c.Iallreduce(src, dst, op=mpi_op), f"all_reduce ({attrs['op']})")
         if attrs["op"] == "mean":
             dst /= size
         return
     axis = attrs["axis"]
     if op == "all_gather":
         if axis == 0:
-            _wait(c.Iallgather(src, dst), "all_gather")
+            wait(c.Iallgather(src, dst), "all_gather")
         else:
             parts = np.empty((size,) + src.shape, src.dtype)
-            _wait(c.Iallgather(src, parts), "all_gather")
+            wait(c.Iallgather(src, parts), "all_gather")
             dst[...] = np.concatenate(list(parts), axis=axis)
         return
     if op == "reduce_scatter":
         if axis == 0:
-            _wait(c.Ireduce_scatter_block(src, dst, op=MPI.SUM), "reduce_scatter")
+            wait(c.Ireduce_scatter_block(src, dst, op=MPI.SUM), "reduce_scatter")
         else:
             blocks = np.ascontiguousarray(np.stack(np.split(src, size, axis=axis)))
-            _wait(c.Ireduce_scatter_block(blocks, dst, op=MPI.SUM), "reduce_scatter")
+            wait(c.Ireduce_scatter_block(blocks, dst, op=MPI.SUM), "reduce_scatter")
         return
     raise GraphcError(f"unknown collective {op!r}")
 
@@ -212,7 +214,7 @@ def digests_of_all(digest: bytes, what: str) -> list[bytes]:
     c = _begin("all_gather", {"axis_size": comm().Get_size()})
     mine = np.frombuffer(digest, np.uint8)
     every = np.empty((c.Get_size(), mine.size), np.uint8)
-    _wait(c.Iallgather(mine, every), what)
+    wait(c.Iallgather(mine, every), what)
     return [row.tobytes() for row in every]
 
 
@@ -221,6 +223,6 @@ def broadcast(array: np.ndarray, what: str, group: tuple | None = None) -> None:
     with the deadline."""
     c = _begin("broadcast", {"group": group, "axis_size": len(group) if group else
                              comm().Get_size()})
-    _wait(c.Ibcast(array, root=0), what)
+    wait(c.Ibcast(array, root=0), what)
 
 

@@ -89,21 +89,17 @@ def _check_peer(peer: int, verb: str) -> None:
 
 
 def _wait(request, what: str) -> int:
-    """Wait for a point-to-point request with the deadline; the bytes it moved. A peer
-    that never matches it is named in the CollectiveError."""
+    """Wait for a point-to-point request with the collectives' deadline; the bytes it
+    moved. Past the deadline the peer is named (no other rank takes part)."""
     from mpi4py import MPI
     status = MPI.Status()
-    limit, start, pause = collectives.timeout_seconds(), time.monotonic(), 0.0
+
+    def hung(what, limit):
+        raise collectives.CollectiveError(
+            f"{what} did not complete within {limit:g} s (GRAPHC_COLLECTIVE_TIMEOUT): that "
+            f"process hung, is gone or never takes part; end the job")
     try:
-        while not request.Test(status):
-            waited = time.monotonic() - start
-            if waited > collectives.SPIN_SECONDS:
-                pause = min(1e-3, pause * 2 or 2e-5)
-                time.sleep(pause)
-            if waited > limit:
-                raise collectives.CollectiveError(
-                    f"{what} did not complete within {limit:g} s (GRAPHC_COLLECTIVE_TIMEOUT): "
-                    f"that process hung, is gone or never takes part; end the job")
+        collectives.wait(request, what, status, hung)
     except MPI.Exception as e:
         raise GraphcError(f"{what} failed: {e} (the two graphs disagree on the message's "
                           f"size)") from None

@@ -13,6 +13,7 @@ from graphc_runtime.errors import GraphcError
 
 from .. import functions as F
 from ..api import Tensor, bind
+from ..ir import dtypes
 from ..ir.serialize import dumps
 
 
@@ -51,7 +52,6 @@ def recv(shape, dtype, peer: int, tag: int = 0, after: Tensor | None = None) -> 
     """The array of `shape` and `dtype` that process `peer` sends with `tag`, received
     after the token `after` (default: a scalar 0). Its cotangent is sent back to `peer`
     (tag + 1). Waits at most GRAPHC_COLLECTIVE_TIMEOUT seconds for the message."""
-    from ..ir import dtypes
     dtype = dtypes.canonical(dtype)
     token = after if after is not None else F.zeros((), dtype)
     return bind("recv", token, shape=tuple(shape), dtype=dtype, peer=peer, tag=tag)

@@ -122,7 +122,7 @@ class PipelineStep:
     def _loss_from_last(self, loss: np.ndarray) -> np.ndarray:
         """Each replica's last stage holds its loss: their mean, on every process."""
         pp = self.mesh.pp
-        mine = loss if _coll.rank() % pp == pp - 1 else np.zeros_like(loss)
+        mine = loss if self.mesh.stage == pp - 1 else np.zeros_like(loss)
         total = np.empty_like(mine)
         _coll.run("all_reduce", {"op": "sum", "axis_size": self.world}, mine, total)
         return total / (self.world // pp)
@@ -172,8 +172,7 @@ class PipelineStep:
                 if not prog.last:
                     self._call(prog.backward, **stash.pop((s, i)))
                 continue
-            feeds = {t.node.attrs["name"]: chunks[i][t.node.attrs["name"]]
-                     for t in prog.stage.data}
+            feeds = dict(chunks[i])          # (each program takes the inputs it names)
             if prog.stage.token is not None:
                 feeds["pipeline/token"] = np.zeros((), dtypes.to_numpy(prog.stage.token.dtype))
             if prog.last:
