@@ -1,6 +1,6 @@
 """Train an MLP and a small CNN on scikit-learn's bundled 8x8 digits (no download).
 
-Run: python examples/train_digits.py [--epochs N] [--seed S]
+Run: python examples/train_digits.py [--epochs N] [--seed S] [--precision bf16]
 Builds each model as one graph (forward, symbolic gradients, Adam updates), compiles the
 training step and the prediction to native code with gc.compile, trains step by step and
 prints the loss per epoch and the held-out accuracy. The batch dimension is symbolic
@@ -59,7 +59,8 @@ def cnn(seed: int):
     return forward, [k1, c1, k2, c2, w, b]
 
 
-def train(name, build, data, epochs: int, batch: int, lr: float, seed: int) -> float:
+def train(name, build, data, epochs: int, batch: int, lr: float, seed: int,
+          precision: str = "float32") -> float:
     (xtr, ytr), (xte, yte) = data
     graph = gc.Graph(name)
     with graph:
@@ -71,8 +72,8 @@ def train(name, build, data, epochs: int, batch: int, lr: float, seed: int) -> f
         x_test = gc.placeholder(("n", 8, 8), "float32", name="x_test")
         predictions = gc.argmax(forward(x_test), axis=-1)
     with graph:
-        step = gc.compile({"loss": loss}, updates=updates)
-        predict = gc.compile(predictions)
+        step = gc.compile({"loss": loss}, updates=updates, precision=precision)
+        predict = gc.compile(predictions, precision=precision)
     print(f"[{name}] graph: {len(graph.nodes)} nodes, "
           f"{sum(v.size for v in graph.variables.values())} parameters and optimizer state; "
           f"training step: {step.stats['kernels']} kernels, arena "
@@ -120,11 +121,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="out", help="where to write artifacts ('' for none)")
+    parser.add_argument("--precision", default="float32", choices=["float32", "bf16"],
+                        help="bf16: products in bfloat16, master weights in float32")
     args = parser.parse_args(argv)
     data = load_data(args.seed)
     results = {}
     for name, build in (("mlp", mlp), ("cnn", cnn)):
-        results[name], predict = train(name, build, data, args.epochs, 64, 3e-3, args.seed)
+        results[name], predict = train(name, build, data, args.epochs, 64, 3e-3, args.seed,
+                                       args.precision)
         if args.out:
             save_artifacts(name, predict, data[1][0], args.out)
     return results

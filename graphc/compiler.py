@@ -15,6 +15,7 @@ from .backends.llvm.symbols import program_symbols
 from .executable import Executable
 from .ir import dtypes
 from .ir.source import user_location
+from .passes.autocast import PRECISIONS
 from .passes.manager import PassManager
 from .passes.pipeline import graph_pipeline
 from .passes.program import Program
@@ -22,7 +23,8 @@ from .passes.rematerialize import plan_peak, rematerialize
 from .schedule import fusion, memory
 from .schedule.lower import lower
 
-DRIVER_OPTIONS = {"dump_dir", "fuse", "distributed", "winograd", "memory_budget"}
+DRIVER_OPTIONS = {"dump_dir", "fuse", "distributed", "winograd", "memory_budget",
+                  "precision"}
 BUDGET_ROUNDS, VALUES_PER_ROUND = 12, 8     # memory_budget: lowerings at most, values each
 
 
@@ -35,6 +37,11 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     winograd = options.get("winograd", True)
     if not isinstance(winograd, bool):
         raise CompileError(f"winograd must be True or False, got {winograd!r}", loc)
+    precision = PRECISIONS.get(options.get("precision", "float32")) \
+        if isinstance(options.get("precision", "float32"), str) else None
+    if precision is None:
+        raise CompileError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, "
+                           f"got {options.get('precision')!r}", loc)
     budget = options.get("memory_budget")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or
                                budget < 0):
@@ -60,7 +67,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
             return exe
     source = Program(graph, [t.node for t in flat],
                      [(v.name, nv.node) for v, nv in zip(upd_vars, upd_vals)],
-                     {"winograd": winograd})
+                     {"winograd": winograd, "precision": precision})
 
     passes = graph_pipeline(backend.lowering_passes())
     policy = backend.policy()

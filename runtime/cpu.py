@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 
 from . import blas, collectives, dims, forks, openmp, point_to_point, pool
-from .host import host_features, host_target_machine, llvm  # noqa: F401 (re-exported)
+from .host import grant_amx, host_features, host_target_machine, llvm  # noqa: F401 (re-exported)
 from .dtypes import NUMPY, type_str
 from .errors import CompileError, FeedError
 from .feeds import bind_inputs, bind_symbols, check_array, sizes
@@ -117,6 +117,7 @@ class CpuProgram:
         self.signature = signature
         self.object_code = bytes(object_code)
         blas.require(self.object_code)
+        grant_amx(self.object_code)
         blas.register(b)
         self.target_machine = host_target_machine(0)
         self.engine = b.create_mcjit_compiler(b.parse_assembly(""), self.target_machine)

@@ -54,3 +54,49 @@ def _features(b) -> str:
     if "+avx512f" in features.split(","):
         features += ",-prefer-256-bit"
     return features
+
+
+_amx = None
+
+
+def amx_usable() -> bool:
+    """Whether this process may run AMX tile code: Linux on x86-64 grants a process the
+    tiles' register state when asked (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA;
+    code that uses tiles without it is killed by SIGILL). Asked once per process, here;
+    GRAPHC_AMX=0 says no without asking. The caller checks the CPU's features."""
+    global _amx
+    if _amx is None:
+        _amx = _request_amx()
+    return _amx
+
+
+AMX_SYMBOL = b"graphc_amx_block"    # in object code that uses tiles (backends/cpu/amx.py)
+
+
+def grant_amx(object_code: bytes) -> None:
+    """Before loading object code that uses AMX tiles, ask for them (whatever GRAPHC_AMX
+    says: the code was compiled for them); a refusal is an error, not a SIGILL later."""
+    global _amx
+    if AMX_SYMBOL in object_code and not _amx:
+        _amx = _request_amx(ask=True)
+        if not _amx:
+            from .errors import CompileError
+            raise CompileError("this code uses AMX tiles (bfloat16 products), which this "
+                               "process may not use (no amx-tile, or the kernel refused)")
+
+
+def _request_amx(ask: bool = False) -> bool:
+    import os
+    import platform
+    if not ask and os.environ.get("GRAPHC_AMX", "1").strip().lower() in (
+            "0", "false", "no", "off"):
+        return False
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        sys_arch_prctl, req_xcomp_perm, xfeature_xtiledata = 158, 0x1023, 18
+        return libc.syscall(sys_arch_prctl, req_xcomp_perm, xfeature_xtiledata) == 0
+    except (OSError, AttributeError):
+        return False

@@ -15,9 +15,11 @@ STORAGE_ONLY = ("bfloat16", "float16")
 PRODUCTS = ("dot_general", "conv")
 
 
-def low_precision_products(program: Program) -> Program:
+def low_precision_products(program: Program, bf16_tiles: bool = False) -> Program:
     def rewrite(builder, node, inputs):
         if node.op not in PRODUCTS or node.dtype not in STORAGE_ONLY:
+            return None
+        if bf16_tiles and node.op == "dot_general" and node.dtype == "bfloat16":
             return None
         wide = tuple(x if x.dtype == "float32" else
                      builder.add("convert", (x,), {"new_dtype": "float32"}, like=node)

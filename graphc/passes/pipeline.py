@@ -1,5 +1,6 @@
 """The graph pass pipeline: the passes every backend runs, with the backend's own
 lowering passes (`Backend.lowering_passes`) in their place after CSE."""
+from .autocast import autocast
 from .cse import cse
 from .constant_fold import constant_fold
 from .dce import dce
@@ -19,6 +20,6 @@ def graph_pipeline(lowering=()) -> list:
             ("constant_fold", constant_fold),
             ("merge_loops", merge_loops), ("prune_loops", prune_loops),
             ("hoist_invariants", hoist_invariants), ("cse", cse),
-            *lowering,
+            ("autocast", autocast), *lowering,
             ("split_reductions", split_reductions), ("simplify_again", simplify),
             ("dce", dce)]

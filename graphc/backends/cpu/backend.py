@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from graphc_runtime.cpu import CpuProgram
+from graphc_runtime.cpu import CpuProgram, host_features
 from graphc_runtime.cpus import usable_cpus
 from graphc_runtime.errors import CompileError, DeviceError
 
@@ -22,6 +22,7 @@ from ...passes.conv_to_gemm import conv_to_gemm
 from ...passes.low_precision_products import low_precision_products
 from ...schedule.policy import SchedulePolicy
 from ..backend import Backend, Build, Built
+from . import amx
 from .dot_plan import scratch_buffers
 from .parallel import layout_split
 
@@ -66,7 +67,8 @@ class CpuBackend(Backend):
         return n
 
     def lowering_passes(self) -> list:
-        return [("low_precision_products", low_precision_products),
+        tiles = amx.usable(host_features())      # bfloat16 products on AMX: kept
+        return [("low_precision_products", lambda p: low_precision_products(p, tiles)),
                 ("conv_to_gemm", conv_to_gemm), ("canonicalize_dots", canonicalize_dots),
                 ("column_sums", column_sums)]
 

@@ -21,7 +21,9 @@ def blas_plan(k: "K.DotKernel"):
     if isinstance(k, K.WinogradKernel):
         from .winograd import winograd_plan
         return winograd_plan(k)
-    if k.out.dtype not in ("float32", "float64") or k.acc_dtype != k.out.dtype:
+    tiles = bf16_tiles(k)
+    if not tiles and (k.out.dtype not in ("float32", "float64") or
+                      k.acc_dtype != k.out.dtype):
         return None
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
     ms, ns, ks = real(k.m_vars), real(k.n_vars), real(k.k_vars)
@@ -62,10 +64,21 @@ def blas_plan(k: "K.DotKernel"):
         if [(n, la[n]) for n in la if n in names] != [(n, lb[n]) for n in lb if n in names]:
             return None
         plan["batch_coefs"][k.lhs.buffer.id] = [(n, la[n]) for n in la if n in names]
-    plan["own"] = own_form(plan)
+    plan["own"] = "amx" if tiles else own_form(plan)
     if plan["own"] is None and not blas.available():
         return None
     return plan
+
+
+def bf16_tiles(k: "K.DotKernel") -> bool:
+    """Whether this product of bfloat16 operands (float32 sums, a bfloat16 result) runs
+    on the CPU's AMX tiles (amx.py): where this process may use them."""
+    if k.out.dtype != "bfloat16" or k.acc_dtype != "float32" or \
+            isinstance(k, K.WinogradKernel):
+        return False
+    from graphc_runtime.host import host_features
+    from .amx import usable
+    return usable(host_features())
 
 
 def _strided(operand, dtype):

@@ -12,6 +12,7 @@ from ...ir import dtypes
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from ..llvm.types import COMPUTE, I32, I64
+from . import amx
 from .dot_plan import blas_plan, layout_in_scratch, product_scratch_shape
 
 CHANNEL_BLOCK_BYTES = 64 << 10   # a block of the product's rows run through the layouts
@@ -50,7 +51,8 @@ class CpuDotEmitter:
         b = self.b
         ty = COMPUTE[k.out.dtype]
         own = plan["own"]
-        fn = self.mb.own_gemm(own, k.out.dtype) if own else self.mb.gemm(k.out.dtype)
+        fn = amx.declare(self.mb.module) if own == "amx" else \
+            self.mb.own_gemm(own, k.out.dtype) if own else self.mb.gemm(k.out.dtype)
         i32 = lambda v: b.trunc(self.dim(v), I32) if isinstance(v, Dim) else \
             ir.Constant(I32, int(v))
         c64 = self.dim
@@ -98,6 +100,14 @@ class CpuDotEmitter:
                             c64(plan["a_col"]), b_ptr, c64(plan["ldb"]),
                             self.mb.offsets_table(plan["offsets"]), c_ptr, c64(plan["N"]),
                             row, c64(plan["pitch"])])
+                return
+            if own == "amx":          # A and B by their strides, C rounded to bfloat16
+                a_row, a_col = (plan["lda"], 1) if plan["trans_a"] == 111 else \
+                    (1, plan["lda"])
+                b_row, b_col = (plan["ldb"], 1) if plan["trans_b"] == 111 else \
+                    (1, plan["ldb"])
+                b.call(fn, [rows, cols, c64(plan["K"]), a_ptr, c64(a_row), c64(a_col),
+                            b_ptr, c64(b_row), c64(b_col), c_ptr, c64(plan["N"])])
                 return
             if own:                   # A[i, k] at i*a_row + k*a_col; B as laid out
                 a_row, a_col = (plan["lda"], 1) if plan["trans_a"] == 111 else \

@@ -10,6 +10,7 @@ import llvmlite.ir as ir
 
 from graphc_runtime import cache_store
 
+from . import amx
 from .gemm import PREFIX, GemmBuilder
 
 _CACHE_KIND = cache_store.Kind(b"GRAPHC-GEMM-CACHE-1\n", ".gcg", compress=True)
@@ -34,8 +35,13 @@ def optimized_ir(name: str, features: str, opt_level: int) -> str:
             cache_store.remove(_CACHE_KIND, key)
     form, dtype = name[len(PREFIX):].split("_", 1)
     module = ir.Module(name)
-    GemmBuilder(module, features).function(form, dtype).linkage = "external"
+    if form == "amx":
+        amx.build(module).linkage = "external"
+    else:
+        GemmBuilder(module, features).function(form, dtype).linkage = "external"
     parsed = b.parse_assembly(str(module))
+    if form == "amx":                   # the tile kernel, written as LLVM IR text
+        parsed.link_in(b.parse_assembly(amx.BLOCK_IR))
     llvm_features.optimize(parsed, host_target_machine(opt_level), opt_level)
     text = str(parsed)
     cache_store.store(_CACHE_KIND, key, text.encode())

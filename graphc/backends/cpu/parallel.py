@@ -24,7 +24,8 @@ OWN_CHUNK_MIN_WORK = 1 << 17     # multiply-adds per chunk of graphc's own GEMM 
 
 def _chunk_min(plan) -> int:
     """The least work (multiply-adds) of one thread's chunk of a product run by `plan`."""
-    return OWN_CHUNK_MIN_WORK if plan.get("own") else BLAS_CHUNK_MIN_FLOPS
+    return OWN_CHUNK_MIN_WORK if plan.get("own") not in (None, "amx") else \
+        BLAS_CHUNK_MIN_FLOPS
 
 
 COSTLY_WEIGHT = 8                # element-steps an element of each expensive op (exp,
@@ -123,6 +124,8 @@ def split_granule(kern, split) -> int:
     plan = blas_plan(kern)
     if plan is not None and plan["own"] == "winograd":     # whole blocks of tile rows
         return 2 * plan["rows"]
+    if plan is not None and plan["own"] == "amx":     # whole panels of 32 columns
+        return 32
     return 16 if plan is not None and plan["own"] in ("nn", "nnw") else 1
 
 

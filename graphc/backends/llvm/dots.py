@@ -13,7 +13,7 @@ from ...kernels import index as ix
 from ...kernels import kernel as K
 from . import interior
 from .jam import jam_variable
-from .types import COMPUTE, I64
+from .types import COMPUTE, I64, STORAGE
 
 UNROLL_MAX = 2                 # layout nests' outer axes this short are unrolled
 
@@ -143,7 +143,7 @@ class DotEmitter:
         """A 64-byte aligned stack buffer of `shape` standing in for part of `of`."""
         buf = K.Buffer(-1 - of.id, shape, of.dtype, "temp")
         with self.b.goto_entry_block():
-            ptr = self.b.alloca(COMPUTE[of.dtype], size=ir.Constant(I64, sym_prod(shape)))
+            ptr = self.b.alloca(STORAGE[of.dtype], size=ir.Constant(I64, sym_prod(shape)))
             ptr.align = 64
         self.args[buf.id] = (ptr, buf)
         return buf

@@ -15,6 +15,17 @@ from . import lowerings
 from .types import COMPUTE, F16, F32, F64, FCMP, I1, I8, I16, I32, I64, _is_float
 
 
+def f32_to_bf16(b: ir.IRBuilder, value):
+    """float32 -> bfloat16 bits (i16): round to nearest even; NaN stays a (quiet) NaN."""
+    bits = b.bitcast(value, I32)
+    lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+    rounded = b.add(bits, b.add(ir.Constant(I32, 0x7FFF), lsb))
+    nan = b.fcmp_unordered("uno", value, value)
+    quiet = b.or_(bits, ir.Constant(I32, 0x00400000))
+    out = b.select(nan, quiet, rounded)
+    return b.trunc(b.lshr(out, ir.Constant(I32, 16)), I16)
+
+
 class ValueEmitter:
     """Emitter methods that compute one element's value."""
 
@@ -33,21 +44,10 @@ class ValueEmitter:
         if dtype == "float16":
             return b.fptrunc(value, F16)
         if dtype == "bfloat16":
-            return self._f32_to_bf16(value)
+            return f32_to_bf16(b, value)
         if dtype == "bool":
             return b.zext(value, I8)
         return value
-
-    def _f32_to_bf16(self, value):
-        """Round to nearest even; NaN stays a (quiet) NaN."""
-        b = self.b
-        bits = b.bitcast(value, I32)
-        lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
-        rounded = b.add(bits, b.add(ir.Constant(I32, 0x7FFF), lsb))
-        nan = b.fcmp_unordered("uno", value, value)
-        quiet = b.or_(bits, ir.Constant(I32, 0x00400000))
-        out = b.select(nan, quiet, rounded)
-        return b.trunc(b.lshr(out, ir.Constant(I32, 16)), I16)
 
     def round_to(self, value, compute_dtype, dtype):
         """A float32 value rounded to float16/bfloat16 precision (kept in float32)."""
