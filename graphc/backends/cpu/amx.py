@@ -30,10 +30,14 @@ from ..llvm.values import f32_to_bf16
 NAME = "graphc_own_gemm_amx_bfloat16"
 BLOCK = AMX_SYMBOL.decode()
 TILE = 32                     # rows and columns of C a block covers; K's step
+KC = 256                      # K's slice: a block's A (16 KB) and B (16 KB) stay in L1
 
-# One 32 x 32 block of C (float32, 128-byte rows at c) = the A rows at a (bfloat16,
-# `as` bytes apart, 32 columns a step) times the B panel at b (16 pair rows of 128 bytes
-# a step), over kb steps of 32.
+# One panel of 32 columns of C (float32 sums, 128-byte rows at c, `rows` blocks of 32
+# rows) = the A rows at a (bfloat16, `as` bytes apart) times the panel of B at b (pair
+# rows of 128 bytes), over K = 32 * kb: K in slices of KC (a slice's B, 16 KB, stays
+# in L1 across the row blocks), each 32 x 32 block as 2 x 2 tiles, starting from zero
+# in the first slice and from the sums so far in the others. One function for the
+# panel: the tile configuration is loaded once a call.
 BLOCK_IR = r"""
 declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
 declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
@@ -41,26 +45,59 @@ declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
 declare x86_amx @llvm.x86.tilezero.internal(i16, i16)
 
 define void @graphc_amx_block(ptr noalias %a, i64 %as, ptr noalias %b, ptr noalias %c,
-                              i64 %kb) noinline {
+                              i64 %rows, i64 %kb) noinline {
 entry:
-  %z = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
   %as16 = mul i64 %as, 16
-  %a1 = getelementptr i8, ptr %a, i64 %as16
+  br label %slice
+slice:
+  %s = phi i64 [0, %entry], [%s1, %slice.next]
+  %left = sub i64 %kb, %s
+  %short = icmp ult i64 %left, KC_STEPS
+  %steps = select i1 %short, i64 %left, i64 KC_STEPS
+  %first = icmp eq i64 %s, 0
+  %s_a = mul i64 %s, 64
+  %s_b = mul i64 %s, 2048
+  %a_s = getelementptr i8, ptr %a, i64 %s_a
+  %b_s = getelementptr i8, ptr %b, i64 %s_b
+  br label %block
+block:
+  %r = phi i64 [0, %slice], [%r1, %block.done]
+  %a_off = mul i64 %r, %as16
+  %a_off2 = mul i64 %a_off, 2
+  %pa = getelementptr i8, ptr %a_s, i64 %a_off2
+  %pa1 = getelementptr i8, ptr %pa, i64 %as16
+  %c_off = mul i64 %r, 4096
+  %c00p = getelementptr i8, ptr %c, i64 %c_off
+  %c01p = getelementptr i8, ptr %c00p, i64 64
+  %c10p = getelementptr i8, ptr %c00p, i64 2048
+  %c11p = getelementptr i8, ptr %c00p, i64 2112
+  br i1 %first, label %zeros, label %sums
+sums:
+  %s00 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %c00p, i64 128)
+  %s01 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %c01p, i64 128)
+  %s10 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %c10p, i64 128)
+  %s11 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %c11p, i64 128)
+  br label %step
+zeros:
+  %z00 = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
+  %z01 = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
+  %z10 = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
+  %z11 = call x86_amx @llvm.x86.tilezero.internal(i16 16, i16 64)
   br label %step
 step:
-  %k = phi i64 [0, %entry], [%k1, %step]
-  %c00 = phi x86_amx [%z, %entry], [%n00, %step]
-  %c01 = phi x86_amx [%z, %entry], [%n01, %step]
-  %c10 = phi x86_amx [%z, %entry], [%n10, %step]
-  %c11 = phi x86_amx [%z, %entry], [%n11, %step]
+  %k = phi i64 [0, %sums], [0, %zeros], [%k1, %step]
+  %c00 = phi x86_amx [%s00, %sums], [%z00, %zeros], [%n00, %step]
+  %c01 = phi x86_amx [%s01, %sums], [%z01, %zeros], [%n01, %step]
+  %c10 = phi x86_amx [%s10, %sums], [%z10, %zeros], [%n10, %step]
+  %c11 = phi x86_amx [%s11, %sums], [%z11, %zeros], [%n11, %step]
   %ao = mul i64 %k, 64
-  %pa0 = getelementptr i8, ptr %a, i64 %ao
-  %pa1 = getelementptr i8, ptr %a1, i64 %ao
+  %pa0k = getelementptr i8, ptr %pa, i64 %ao
+  %pa1k = getelementptr i8, ptr %pa1, i64 %ao
   %bo = mul i64 %k, 2048
-  %pb0 = getelementptr i8, ptr %b, i64 %bo
+  %pb0 = getelementptr i8, ptr %b_s, i64 %bo
   %pb1 = getelementptr i8, ptr %pb0, i64 64
-  %ta0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa0, i64 %as)
-  %ta1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa1, i64 %as)
+  %ta0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa0k, i64 %as)
+  %ta1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa1k, i64 %as)
   %tb0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb0, i64 128)
   %tb1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb1, i64 128)
   %n00 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %c00, x86_amx %ta0, x86_amx %tb0)
@@ -68,19 +105,24 @@ step:
   %n10 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %c10, x86_amx %ta1, x86_amx %tb0)
   %n11 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %c11, x86_amx %ta1, x86_amx %tb1)
   %k1 = add i64 %k, 1
-  %more = icmp ult i64 %k1, %kb
-  br i1 %more, label %step, label %done
+  %again = icmp ult i64 %k1, %steps
+  br i1 %again, label %step, label %block.done
+block.done:
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c00p, i64 128, x86_amx %n00)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c01p, i64 128, x86_amx %n01)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c10p, i64 128, x86_amx %n10)
+  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c11p, i64 128, x86_amx %n11)
+  %r1 = add i64 %r, 1
+  %more_rows = icmp ult i64 %r1, %rows
+  br i1 %more_rows, label %block, label %slice.next
+slice.next:
+  %s1 = add i64 %s, %steps
+  %more_k = icmp ult i64 %s1, %kb
+  br i1 %more_k, label %slice, label %done
 done:
-  %p01 = getelementptr i8, ptr %c, i64 64
-  %p10 = getelementptr i8, ptr %c, i64 2048
-  %p11 = getelementptr i8, ptr %c, i64 2112
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %c, i64 128, x86_amx %n00)
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %p01, i64 128, x86_amx %n01)
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %p10, i64 128, x86_amx %n10)
-  call void @llvm.x86.tilestored64.internal(i16 16, i16 64, ptr %p11, i64 128, x86_amx %n11)
   ret void
 }
-"""
+""".replace("KC_STEPS", str(KC // TILE))
 
 
 def usable(features: str) -> bool:
@@ -110,8 +152,8 @@ def build(module: ir.Module) -> ir.Function:
     """The product function's body (the driver: packing, blocks, rounding); the block
     kernel is BLOCK_IR, linked in beside it."""
     fn = ir.Function(module, signature(), NAME)
-    block = ir.Function(module, ir.FunctionType(
-        VOID, [ir.PointerType(I8), I64, ir.PointerType(I8), ir.PointerType(I8), I64]), BLOCK)
+    i8p = ir.PointerType(I8)
+    block = ir.Function(module, ir.FunctionType(VOID, [i8p, I64, i8p, i8p, I64, I64]), BLOCK)
     malloc = ir.Function(module, ir.FunctionType(ir.PointerType(I8), [I64]), "malloc")
     free = ir.Function(module, ir.FunctionType(VOID, [ir.PointerType(I8)]), "free")
     M, N, Kd, A, a_row, a_col, B, b_row, b_col, C, ldc = fn.args
@@ -122,7 +164,7 @@ def build(module: ir.Module) -> ir.Function:
     up = lambda n: b.and_(b.add(n, c(TILE - 1)), c(-TILE))
     Mp, Kp, Np = up(M), up(Kd), up(N)
     a_elems, b_elems = b.mul(Mp, Kp), b.mul(Kp, Np)
-    size = b.add(b.mul(b.add(a_elems, b_elems), c(2)), c(TILE * TILE * 4 + 64))
+    size = b.add(b.add(b.mul(b.add(a_elems, b_elems), c(2)), b.mul(Mp, c(TILE * 4))), c(64))
     raw = b.call(malloc, [size])
     base = b.inttoptr(b.and_(b.add(b.ptrtoint(raw, I64), c(63)), c(-64)),
                       ir.PointerType(I16))
@@ -178,31 +220,24 @@ def build(module: ir.Module) -> ir.Function:
         loop(b, "bk", c(0), one, less(b.udiv(Kp, c(2))), pair_row)
     loop(b, "bp", c(0), c(TILE), less(N), b_panel)
 
-    # blocks: panel outer (it stays in the core's cache), rows inner
-    steps = b.udiv(Kp, c(TILE))
-    i8p = ir.PointerType(I8)
-
+    # a panel of C's columns at a time (BLOCK_IR), its float32 sums in Cs (Mp x 32)
     def panel(j0):
-        b_panel = b.bitcast(b.gep(Bp, [b.mul(j0, Kp)]), i8p)
+        b_panel = b.gep(Bp, [b.mul(j0, Kp)])
         cols = b.sub(N, j0)
         cols = b.select(b.icmp_signed("<", cols, c(TILE)), cols, c(TILE))
 
-        def rows_block(i0):
-            b.call(block, [b.bitcast(b.gep(Ap, [b.mul(i0, Kp)]), i8p), b.mul(Kp, c(2)),
-                           b_panel, b.bitcast(Cs, i8p), steps])
-            rows = b.sub(M, i0)
-            rows = b.select(b.icmp_signed("<", rows, c(TILE)), rows, c(TILE))
+        b.call(block, [b.bitcast(Ap, i8p), b.mul(Kp, c(2)), b.bitcast(b_panel, i8p),
+                       b.bitcast(Cs, i8p), b.udiv(Mp, c(TILE)), b.udiv(Kp, c(TILE))])
 
-            def out_row(r):
-                src = b.mul(r, c(TILE))
-                dst = b.add(b.mul(b.add(i0, r), ldc), j0)
+        def out_row(r):                 # the panel's sums rounded into C
+            src = b.mul(r, c(TILE))
+            dst = b.add(b.mul(r, ldc), j0)
 
-                def elem(j):
-                    v = b.load(b.gep(Cs, [b.add(src, j)]))
-                    b.store(f32_to_bf16(b, v), b.gep(C, [b.add(dst, j)]))
-                loop(b, "cj", c(0), one, less(cols), elem)
-            loop(b, "cr", c(0), one, less(rows), out_row)
-        loop(b, "mi", c(0), c(TILE), less(M), rows_block)
+            def elem(j):
+                v = b.load(b.gep(Cs, [b.add(src, j)]))
+                b.store(f32_to_bf16(b, v), b.gep(C, [b.add(dst, j)]))
+            loop(b, "cj", c(0), one, less(cols), elem)
+        loop(b, "cr", c(0), one, less(M), out_row)
     loop(b, "nj", c(0), c(TILE), less(N), panel)
     b.call(free, [raw])
     b.ret_void()
