@@ -163,3 +163,23 @@ def test_the_optimized_ir_is_cached_like_the_other_kernels():
         pytest.skip("this CPU has no AMX tiles")
     text = gemm_ir.optimized_ir(amx.NAME, host.host_features(), 3)
     assert amx.BLOCK in text and "x86_amx" in text
+
+
+@needs_tiles
+def test_wide_convolutions_run_on_tiles_and_narrow_ones_on_the_float32_kernels():
+    """A convolution with 256 terms per output and 32+ output channels runs over patches
+    on the tiles; a digits-sized one stays on the float32 kernels (the tiles would be
+    mostly padding). Both match the reference's bfloat16 convolution."""
+    rng = np.random.default_rng(13)
+    for (c, o, tiles) in ((64, 32, True), (8, 16, False)):
+        img = rng.standard_normal((2, c, 12, 12)).astype(BF16)
+        k0 = (rng.standard_normal((o, c, 3, 3)) * 0.1).astype(BF16)
+        with gc.Graph():
+            x = gc.placeholder(img.shape, "bfloat16", name="x")
+            k = gc.variable(k0, name="k")
+            y = gc.nn.conv2d(x, k, padding=1)
+            exe = gc.compile(y)
+            want = gc.evaluate(y, {"x": img})
+        assert ("tdpbf16ps" in exe.dump("asm")) == tiles
+        got, want = exe(img).astype(np.float64), want.astype(np.float64)
+        assert np.abs(got - want).max() <= np.abs(want).max() * 2.0 ** -7

@@ -86,3 +86,10 @@ def test_pipeline_bench_runs_in_one_process(capsys):
         assert f"rank 0 {name}" in printed
     losses = {line.split("loss ")[1] for line in printed.splitlines() if "loss " in line}
     assert len(losses) == 1, printed          # every schedule computes the same step
+
+
+def test_low_precision_bench_runs_and_checks_its_products(capsys):
+    from bench.lowp import main as lowp_main
+    assert lowp_main(["--shapes", "square 1024", "--repeat", "3", "--no-training"]) == 0
+    out = capsys.readouterr().out
+    assert "1024x1024x1024" in out and "bfloat16 products:" in out

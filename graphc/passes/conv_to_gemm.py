@@ -435,14 +435,13 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
             return _depthwise(builder, node, x, w)
         if a["feature_group_count"] != 1:
             return None
+        if cpu and node.dtype == "bfloat16":     # kept for AMX tiles: over patches
+            return _patch_product(builder, node, x, w) if patches_fit(node, x, w) else None
         if node.dtype not in ("float32", "float64"):
             return None
-        flops = node.size * sym.prod(w.shape[1:])
-        patch_bytes = node.size // node.shape[1] * sym.prod(w.shape[1:]) * \
-            x.nbytes // max(x.size, 1)
+        flops = sym.hint(node.size * sym.prod(w.shape[1:]))     # symbolic: a typical size
         window = sym.prod(w.shape[2:])
         positions = sym.prod(node.shape[2:])
-        flops, patch_bytes = sym.hint(flops), sym.hint(patch_bytes)  # symbolic: a typical size
         if use_winograd and flops >= MIN_FLOPS and winograd_fits(node, x, w):
             return winograd(builder, node, _padded(builder, x, a["padding"]), w)
         # output rows shorter than a vector make the windowed kernel's reads short: the
@@ -454,12 +453,31 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
                 not narrow and (flops < MIN_FLOPS or not _phased(node, w) or
                                 not _stored(x) or _column_planed(node, w)):
             return _in_place(builder, node, x, w)
-        if flops < MIN_FLOPS:
+        if not patches_fit(node, x, w):
             return None
-        if patch_bytes > MAX_PATCH_BYTES or min(window, positions) > MAX_WINDOW:
-            return None
-        if window <= positions:
-            return _im2col(builder, node, x, w)
-        return _per_output_position(builder, node, x, w)
+        return _patch_product(builder, node, x, w)
 
     return rebuild(program, rewrite)
+
+
+def patches_fit(node, x, w) -> bool:
+    """Whether convolution `node` of x and w may run as a product over a patch matrix:
+    one group, no input dilation, at least MIN_FLOPS, patches of at most MAX_PATCH_BYTES
+    and MAX_WINDOW slices."""
+    a = node.attrs
+    if a["feature_group_count"] != 1 or any(d != 1 for d in a["lhs_dilation"]):
+        return False
+    flops = sym.hint(node.size * sym.prod(w.shape[1:]))
+    patch_bytes = sym.hint(node.size // node.shape[1] * sym.prod(w.shape[1:]) *
+                           x.nbytes // max(x.size, 1))
+    window, positions = sym.prod(w.shape[2:]), sym.prod(node.shape[2:])
+    return flops >= MIN_FLOPS and patch_bytes <= MAX_PATCH_BYTES and \
+        min(window, positions) <= MAX_WINDOW
+
+
+def _patch_product(b: Builder, node, x, w):
+    """The product over patches: im2col where the window is the smaller, else one slab
+    per output position."""
+    if sym.prod(w.shape[2:]) <= sym.prod(node.shape[2:]):
+        return _im2col(b, node, x, w)
+    return _per_output_position(b, node, x, w)
