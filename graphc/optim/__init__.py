@@ -73,3 +73,8 @@ def adam(loss: Tensor, params, lr: float = 1e-3, b1: float = 0.9, b2: float = 0.
         updates[m], updates[v] = m_new, v_new
         updates[p] = p - lr * step
     return updates
+
+
+from .loss_scale import dynamic_loss_scale  # noqa: E402  (it uses the rest of graphc)
+
+__all__ = ["sgd", "momentum", "adam", "dynamic_loss_scale"]

@@ -1,5 +1,5 @@
-"""Mixed precision (the compile option precision="bf16"): products in bfloat16, the
-rest in float32.
+"""Mixed precision (the compile option precision="bf16" or "fp16"): products in bfloat16
+(or float16), the rest in float32.
 
 Every float32 product and convolution of the program (the forward's and, since the
 gradient graph is part of the program, the backward's) reads its operands rounded to
@@ -7,7 +7,8 @@ bfloat16 and gives its result in bfloat16, widened back to float32 for what foll
 torch.autocast's arithmetic for matmul and convolution. Variables (the master weights),
 optimizer state, reductions, softmax, norms and losses stay float32: they are not
 products. On a CPU with AMX tiles the bfloat16 products run there (backends/cpu/amx.py);
-elsewhere on the float32 kernels (passes/low_precision_products.py). Products inside
+elsewhere on the float32 kernels (passes/low_precision_products.py). float16's narrow
+range needs loss scaling in training (gc.optim.dynamic_loss_scale). Products inside
 loop and branch bodies keep float32.
 """
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .program import Program, rebuild
 
 PRODUCTS = ("dot_general", "conv")
 PRECISIONS = {"float32": "float32", "fp32": "float32", "bfloat16": "bfloat16",
-              "bf16": "bfloat16"}
+              "bf16": "bfloat16", "float16": "float16", "fp16": "float16"}
 
 
 def autocast(program: Program) -> Program:
