@@ -167,7 +167,7 @@ def test_the_optimized_ir_is_cached_like_the_other_kernels():
 
 @needs_tiles
 def test_wide_convolutions_run_on_tiles_and_narrow_ones_on_the_float32_kernels():
-    """A convolution with 256 terms per output and 32+ output channels runs over patches
+    """A convolution with 64+ terms per output and 32+ output channels runs over patches
     on the tiles; a digits-sized one stays on the float32 kernels (the tiles would be
     mostly padding). Both match the reference's bfloat16 convolution."""
     rng = np.random.default_rng(13)
