@@ -22,6 +22,7 @@ import itertools
 
 from graphc_runtime import dims as sym
 
+from .conv_input_dilated import input_dilated
 from .conv_winograd import winograd, winograd_decomposed, winograd_fits
 from .program import Builder, Program, rebuild
 
@@ -427,7 +428,8 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
         a = node.attrs
         x, w = inputs
         if any(d != 1 for d in a["lhs_dilation"]):
-            return None
+            return input_dilated(builder, node, x, w,
+                                 lambda conv: rewrite(builder, conv, conv.inputs) or conv)
         depthwise = a["feature_group_count"] == x.shape[1] == w.shape[0] > 1 and \
             w.shape[1] == 1
         if depthwise and node.dtype in ("float32", "float64") and \
