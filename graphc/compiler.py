@@ -81,6 +81,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     _check_symbols(optimized, input_nodes, loc)
 
     def compile_body(program, params):          # loop and branch bodies, alike
+        program.annotations.update(source.annotations)     # winograd=, precision=
         body = PassManager(passes, texts=False).run(program)
         by_name = {n.attrs["name"]: n for n in body.graph.placeholders()}
         return lower(body, fusion.plan(body, policy),

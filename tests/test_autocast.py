@@ -93,3 +93,19 @@ def test_digits_train_to_the_float32_accuracy_in_bf16():
         sys.path.remove(str(root / "examples"))
     for name in ("mlp", "cnn"):
         assert low[name] >= 0.95 and abs(low[name] - wide[name]) <= 0.005, (low, wide)
+
+
+def test_products_in_loop_bodies_are_cast_too():
+    rng = np.random.default_rng(4)
+    w0 = (rng.standard_normal((64, 64)) * 0.1).astype(np.float32)
+    h0 = rng.standard_normal((16, 64)).astype(np.float32)
+    with gc.Graph():
+        h, w = gc.placeholder(h0.shape, name="h"), gc.placeholder(w0.shape, name="w")
+        out = gc.fori_loop(0, 4, lambda i, c: gc.tanh(c @ w), h)
+        low = gc.compile(out, precision="bf16")(h0, w0)
+        wide = gc.compile(out)(h0, w0)
+        hand = gc.fori_loop(0, 4, lambda i, c: gc.tanh(gc.cast(
+            gc.cast(c, "bfloat16") @ gc.cast(w, "bfloat16"), "float32")), h)
+        want = gc.evaluate(hand, {"h": h0, "w": w0})
+    assert not np.array_equal(low, wide)
+    np.testing.assert_allclose(low, want, rtol=1e-2, atol=1e-2)

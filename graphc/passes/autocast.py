@@ -8,8 +8,8 @@ torch.autocast's arithmetic for matmul and convolution. Variables (the master we
 optimizer state, reductions, softmax, norms and losses stay float32: they are not
 products. On a CPU with AMX tiles the bfloat16 products run there (backends/cpu/amx.py);
 elsewhere on the float32 kernels (passes/low_precision_products.py). float16's narrow
-range needs loss scaling in training (gc.optim.dynamic_loss_scale). Products inside
-loop and branch bodies keep float32.
+range needs loss scaling in training (gc.optim.dynamic_loss_scale). Loop and branch
+bodies are cast alike (the driver hands them the program's options).
 """
 from __future__ import annotations
 
