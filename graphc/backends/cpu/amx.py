@@ -5,10 +5,11 @@ One AMX instruction (tdpbf16ps) multiplies a 16 x 32 bfloat16 tile of A by a 32 
 tile of B into a 16 x 16 float32 tile of C: 16,384 flops, against 32 for an AVX-512
 fma. B's tile is stored as 16 rows of 16 column pairs (rows k and k + 1 of B
 interleaved). The function packs A (row-major, zero-padded to multiples of 32 rows and
-columns) and B (panels of 32 columns, pairs interleaved) into a heap scratch, then runs
-each 32 x 32 block of C as 2 x 2 tiles over all of K (8 tile registers: 4 sums, 2 of A,
-2 of B) and rounds the block into C. Each element of C is summed over K in the same
-order wherever its block lies, so results do not depend on how threads split C.
+columns) and B (panels of 32 columns, pairs interleaved) into a heap scratch, then, a
+panel of C at a time, runs each 32 x 32 block as 2 x 2 tiles (8 tile registers: 4 sums,
+2 of A, 2 of B) over K in slices of KC, keeping the panel's float32 sums in the scratch
+between slices, and rounds the panel into C. Each element of C is summed over K in the
+same order wherever its block lies, so results do not depend on how threads split C.
 
 Signature (i64 sizes and strides in elements, i16 pointers to bfloat16 bits):
 f(M, N, K, A, a_row, a_col, B, b_row, b_col, C, ldc): C[i*ldc + j] =
