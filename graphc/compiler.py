@@ -37,11 +37,11 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     winograd = options.get("winograd", True)
     if not isinstance(winograd, bool):
         raise CompileError(f"winograd must be True or False, got {winograd!r}", loc)
-    precision = PRECISIONS.get(options.get("precision", "float32")) \
-        if isinstance(options.get("precision", "float32"), str) else None
+    requested = options.get("precision", "float32")
+    precision = PRECISIONS.get(requested) if isinstance(requested, str) else None
     if precision is None:
         raise CompileError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, "
-                           f"got {options.get('precision')!r}", loc)
+                           f"got {requested!r}", loc)
     budget = options.get("memory_budget")
     if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or
                                budget < 0):

@@ -155,8 +155,8 @@ def build(module: ir.Module) -> ir.Function:
     fn = ir.Function(module, signature(), NAME)
     i8p = ir.PointerType(I8)
     block = ir.Function(module, ir.FunctionType(VOID, [i8p, I64, i8p, i8p, I64, I64]), BLOCK)
-    malloc = ir.Function(module, ir.FunctionType(ir.PointerType(I8), [I64]), "malloc")
-    free = ir.Function(module, ir.FunctionType(VOID, [ir.PointerType(I8)]), "free")
+    malloc = ir.Function(module, ir.FunctionType(i8p, [I64]), "malloc")
+    free = ir.Function(module, ir.FunctionType(VOID, [i8p]), "free")
     M, N, Kd, A, a_row, a_col, B, b_row, b_col, C, ldc = fn.args
     for arg in (A, B, C):
         arg.add_attribute("noalias")
@@ -175,6 +175,11 @@ def build(module: ir.Module) -> ir.Function:
     less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))
     one = c(1)
     zero = ir.Constant(I16, 0)
+
+    def panel_cols(j0):
+        """Columns of C in the panel from j0: 32, fewer in the last."""
+        cols = b.sub(N, j0)
+        return b.select(b.icmp_signed("<", cols, c(TILE)), cols, c(TILE))
 
     def fill(dst, begin, end, value, name):
         """dst[begin..end) = value."""
@@ -197,8 +202,7 @@ def build(module: ir.Module) -> ir.Function:
     # column jj's pair at 2*jj: (B[2kk, j], B[2kk + 1, j]), zeros past K and past N
     def b_panel(j0):
         panel = b.mul(j0, Kp)
-        cols = b.sub(N, j0)
-        cols = b.select(b.icmp_signed("<", cols, c(TILE)), cols, c(TILE))
+        cols = panel_cols(j0)
 
         def pair_row(kk):
             k0 = b.mul(kk, c(2))
@@ -224,9 +228,7 @@ def build(module: ir.Module) -> ir.Function:
     # a panel of C's columns at a time (BLOCK_IR), its float32 sums in Cs (Mp x 32)
     def panel(j0):
         b_panel = b.gep(Bp, [b.mul(j0, Kp)])
-        cols = b.sub(N, j0)
-        cols = b.select(b.icmp_signed("<", cols, c(TILE)), cols, c(TILE))
-
+        cols = panel_cols(j0)
         b.call(block, [b.bitcast(Ap, i8p), b.mul(Kp, c(2)), b.bitcast(b_panel, i8p),
                        b.bitcast(Cs, i8p), b.udiv(Mp, c(TILE)), b.udiv(Kp, c(TILE))])
 

@@ -101,19 +101,15 @@ class CpuDotEmitter:
                             self.mb.offsets_table(plan["offsets"]), c_ptr, c64(plan["N"]),
                             row, c64(plan["pitch"])])
                 return
-            if own == "amx":          # A and B by their strides, C rounded to bfloat16
-                a_row, a_col = (plan["lda"], 1) if plan["trans_a"] == 111 else \
-                    (1, plan["lda"])
-                b_row, b_col = (plan["ldb"], 1) if plan["trans_b"] == 111 else \
-                    (1, plan["ldb"])
-                b.call(fn, [rows, cols, c64(plan["K"]), a_ptr, c64(a_row), c64(a_col),
-                            b_ptr, c64(b_row), c64(b_col), c_ptr, c64(plan["N"])])
-                return
             if own:                   # A[i, k] at i*a_row + k*a_col; B as laid out
                 a_row, a_col = (plan["lda"], 1) if plan["trans_a"] == 111 else \
                     (1, plan["lda"])
+                b_strides = [c64(plan["ldb"])]
+                if own == "amx":      # B by its strides too, C rounded to bfloat16
+                    b_strides = [c64(v) for v in ((plan["ldb"], 1) if plan["trans_b"] == 111
+                                                  else (1, plan["ldb"]))]
                 b.call(fn, [rows, cols, c64(plan["K"]), a_ptr, c64(a_row), c64(a_col),
-                            b_ptr, c64(plan["ldb"]), c_ptr, c64(plan["N"])])
+                            b_ptr, *b_strides, c_ptr, c64(plan["N"])])
                 return
             b.call(fn, [i32(101), i32(plan["trans_a"]), i32(plan["trans_b"]),
                         b.trunc(rows, I32), b.trunc(cols, I32), i32(plan["K"]),

@@ -8,6 +8,7 @@ from graphc_runtime.pool import MAX_CHUNKS as POOL_MAX_CHUNKS
 from ...ir.primitive import is_transcendental
 from ...kernels import index as ix
 from ...kernels import kernel as K
+from .amx import TILE as AMX_TILE
 from .dot_plan import blas_plan
 
 
@@ -124,8 +125,8 @@ def split_granule(kern, split) -> int:
     plan = blas_plan(kern)
     if plan is not None and plan["own"] == "winograd":     # whole blocks of tile rows
         return 2 * plan["rows"]
-    if plan is not None and plan["own"] == "amx":     # whole panels of 32 columns
-        return 32
+    if plan is not None and plan["own"] == "amx":     # whole panels of C's columns
+        return AMX_TILE
     return 16 if plan is not None and plan["own"] in ("nn", "nnw") else 1
 
 
