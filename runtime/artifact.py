@@ -11,8 +11,10 @@ for a signed artifact, a signature over all of it.
     40 bytes  only when the manifest says "signed": b"GRAPHCSG" and the HMAC-SHA256 of
               every byte before it, under the signer's key
 
-Sections hold the native object code, the optimized graph (JSON), text dumps, and
-variables and constants as raw little-endian arrays. No pickle.
+Sections hold the native object code (from version 4 one object file or several packed
+by graphc_runtime.objects; version 3, which this runtime still reads, holds one), the
+optimized graph (JSON), text dumps, and variables and constants as raw little-endian
+arrays. No pickle.
 
 Trust: the object code is native code, and loading an artifact runs it, as loading a
 shared library does. Checksums catch accidents, not intent. A key (`key=`, bytes of at
@@ -38,8 +40,11 @@ from . import dims
 from .errors import ArtifactError
 
 MAGIC = b"GRAPHCAR"
-FORMAT_VERSION = 3        # the one this runtime reads and writes: the code carries the
-                          # plan digest (graphc_runtime.plan_digest), the file may be signed
+FORMAT_VERSION = 4        # the one this runtime writes: the object section may pack several
+                          # objects (graphc_runtime.objects), which a version-3 reader
+                          # cannot load
+OLDEST_READ = 3           # from 3 on, the code carries the plan digest
+                          # (graphc_runtime.plan_digest) and the file may be signed
 _HEADER = struct.Struct("<8sIQ")
 SIGNATURE_MAGIC = b"GRAPHCSG"
 SIGNATURE_BYTES = len(SIGNATURE_MAGIC) + 32
@@ -162,7 +167,7 @@ def parse(data: bytes, label: str = "artifact", key=None,
     if version > FORMAT_VERSION:
         raise ArtifactError(f"{label}: written in format version {version} by a newer graphc; "
                             f"this runtime reads format {FORMAT_VERSION}")
-    if version < FORMAT_VERSION:
+    if version < OLDEST_READ:
         raise ArtifactError(f"{label}: written in format version {version} by an older graphc, "
                             f"whose code does not carry the digest of its plan; compile and "
                             f"save it again")

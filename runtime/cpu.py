@@ -14,7 +14,7 @@ import weakref
 
 import numpy as np
 
-from . import blas, collectives, dims, forks, openmp, point_to_point, pool
+from . import blas, collectives, dims, forks, objects, openmp, point_to_point, pool
 from .host import grant_amx, host_features, host_target_machine, llvm  # noqa: F401 (re-exported)
 from .dtypes import NUMPY, type_str
 from .errors import CompileError, FeedError
@@ -107,8 +107,9 @@ class Signature:
 class CpuProgram:
     """Native code loaded for execution: `run(args, kwargs)` -> list of output arrays.
 
-    `object_code` is a relocatable object file for the host (what the compiler produced,
-    or what an artifact holds); loading it runs no optimizer.
+    `object_code` is a relocatable object file for the host, or several packed by
+    objects.py (what the compiler produced, or what an artifact holds); loading it runs
+    no optimizer.
     """
 
     def __init__(self, object_code: bytes, signature: Signature, arena_bytes: int,
@@ -122,7 +123,8 @@ class CpuProgram:
         self.target_machine = host_target_machine(0)
         self.engine = b.create_mcjit_compiler(b.parse_assembly(""), self.target_machine)
         try:
-            self.engine.add_object_file(b.ObjectFileRef.from_data(self.object_code))
+            for code in objects.unpack(self.object_code):
+                self.engine.add_object_file(b.ObjectFileRef.from_data(code))
             self.engine.finalize_object()
             address = self.engine.get_function_address("graphc_main")
         except Exception as e:                       # llvmlite raises plain RuntimeErrors

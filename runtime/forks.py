@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 import weakref
 
 from .errors import GraphcError
@@ -24,6 +25,7 @@ FORK_WAIT_S = 10.0
 _guarded: "weakref.WeakSet" = weakref.WeakSet()
 _module_locks: list = []          # (module, attribute name) of module-level locks
 _held: list = []                  # programs whose lock this fork holds
+_helper_child = False             # set while forking a child that runs no program
 
 
 class TornLock:
@@ -61,9 +63,24 @@ def guard_module_lock(module, name: str) -> None:
     _module_locks.append((module, name))
 
 
+def helper_fork() -> int:
+    """os.fork() for a child that only computes and exits (the compiler's LLVM workers):
+    no wait for calls in flight, and every program is marked torn in the child."""
+    global _helper_child
+    _helper_child = True
+    try:
+        with warnings.catch_warnings():          # Python 3.12+: fork with threads running
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return os.fork()
+    finally:
+        _helper_child = False
+
+
 def _before() -> None:
     deadline = time.monotonic() + FORK_WAIT_S
     _held.clear()
+    if _helper_child:
+        return
     for program in list(_guarded):
         lock = getattr(program, "lock", None)
         if lock is None or isinstance(lock, TornLock):

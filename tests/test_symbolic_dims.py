@@ -256,8 +256,8 @@ def test_artifact_saved_once_runs_at_new_sizes_and_info_shows_the_symbols(tmp_pa
         exe = gc.compile({"loss": loss})
     path = str(tmp_path / "mlp.gcx")
     exe.save(path)
-    with open(path, "rb") as f:                  # format 3: older runtimes refuse it clearly
-        assert int.from_bytes(f.read(12)[8:12], "little") == 3
+    with open(path, "rb") as f:                  # format 4: older runtimes refuse it clearly
+        assert int.from_bytes(f.read(12)[8:12], "little") == 4
     model = graphc_runtime.load(path)
     for n in (1, 33, 500):
         a, b = batch_data(n)

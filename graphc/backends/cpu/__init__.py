@@ -10,7 +10,7 @@ reference does); bool is stored as one byte.
 import importlib
 
 _EXPORTS = {"scratch_buffers": "dot_plan", "Emitter": "emitter", "ModuleBuilder": "module",
-            "NativeModule": "module", "aliased_buffers": "module", "chain_plan": "module",
+            "NativeModule": "native_module", "aliased_buffers": "module", "chain_plan": "module",
             "emit_module": "module", "split_var": "parallel"}
 __all__ = sorted(_EXPORTS)
 

@@ -80,12 +80,13 @@ class CpuBackend(Backend):
     def build(self, job: Build) -> Built:
         # the code generator is imported by the first build (a program cache hit has none)
         from . import module as codegen
+        from .native_module import NativeModule
         lowered, threads, level = job.lowered, self.threads, self.opt_level
         t0 = time.perf_counter()
         llvm_ir = codegen.emit_module(job.name, lowered, threads)
         job.seconds["codegen"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        module = codegen.NativeModule(llvm_ir, level)
+        module = NativeModule(llvm_ir, level)
         job.seconds["llvm"] = time.perf_counter() - t0
         collectives = collective_steps(lowered)
         native = CpuProgram(module.object_code, job.signature, lowered.memory.arena_bytes,
@@ -98,9 +99,9 @@ class CpuBackend(Backend):
                      {"triple": module.triple, "cpu": module.cpu, "features": module.features},
                      {"object": bytes(module.object_code)},
                      stats={"num_threads": threads, "chained_kernels": pairs,
-                            "object_cache": module.cache},
+                            "object_cache": module.cache, "llvm_parts": module.parts},
                      manifest={"collectives": collectives}, module=module,
-                     profile_object=lambda: codegen.NativeModule(codegen.emit_module(
+                     profile_object=lambda: NativeModule(codegen.emit_module(
                          job.name, lowered, threads, profile=True), level).object_code)
 
 

@@ -1,5 +1,5 @@
-"""The module builder (kernels, graphc_main, the graphc_entry fast path), module
-assembly and the optimized native module."""
+"""The module builder (kernels, graphc_main, the graphc_entry fast path) and module
+assembly; native_module.py compiles the result."""
 from __future__ import annotations
 
 import hashlib
@@ -10,15 +10,12 @@ import llvmlite.ir as ir
 from graphc_runtime import plan_digest
 from graphc_runtime.cpu import ENTRY_ABI
 from graphc_runtime.dims import Dim
-from graphc_runtime.errors import CompileError
 
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from ...schedule.chaining import chain_block, follower_split
-from ..llvm import features as llvm_features
 from .control import ControlBuilder, ControlEntry
-from . import gemm, gemm_ir
-from . import object_cache, scalef
+from . import gemm, scalef
 from .emitter import Emitter
 from .dot_plan import blas_plan
 from ..llvm.emitter import strided_loop
@@ -406,67 +403,3 @@ def chain_plan(kernels, threads: int, offsets) -> dict:
         if u is not None:
             plan[t] = u
     return plan
-
-
-class NativeModule:
-    """An optimized LLVM module for the host and its object code, taken from the
-    persistent object cache (object_cache.py) when the same IR was compiled before for
-    this machine: `cache` says 'hit', 'miss' or 'off'."""
-
-    def __init__(self, llvm_ir: str, opt_level: int = 3):
-        from graphc_runtime.cpu import host_features, host_target_machine, llvm
-        b = llvm()
-        self.triple = b.get_process_triple()
-        self.cpu = b.get_host_cpu_name()
-        self.features = host_features()
-        self.target_machine = host_target_machine(opt_level)
-        self._source = (llvm_ir, opt_level)
-        self._module = None
-        self._asm = None
-        name = object_cache.key(llvm_ir, opt_level, {"triple": self.triple, "cpu": self.cpu,
-                                                     "features": self.features}) \
-            if object_cache.enabled() else None
-        cached = object_cache.load(name) if name else None
-        if cached is not None:
-            self.object_code, self.optimized_ir = cached
-            self.cache = "hit"
-            return
-        module = self.module
-        self.optimized_ir = str(module)
-        self.object_code = self.target_machine.emit_object(module)
-        self._module = None        # code generation changed it: dump('asm') builds it again
-        self.cache = "miss" if name else "off"
-        if name:
-            object_cache.store(name, self.object_code, self.optimized_ir)
-
-    @property
-    def module(self):
-        """The optimized module, built from the IR by the same passes each time it is
-        needed: for the object code, then again for dump('asm'), since emitting the
-        object rewrites the module (code generation's own IR passes) and a second
-        emission from it, or from the optimized text parsed back, chose other registers
-        than the object code has."""
-        if self._module is None:
-            from graphc_runtime.cpu import llvm
-            b = llvm()
-            llvm_ir, opt_level = self._source
-            try:
-                module = b.parse_assembly(llvm_ir)
-                module.verify()
-            except RuntimeError as e:
-                raise CompileError(f"generated LLVM IR is invalid: {e}") from None
-            linked = scalef.link(module)
-            llvm_features.optimize(module, self.target_machine, opt_level)
-            if linked:
-                scalef.inline_variants(module, self.target_machine)
-            for fn in list(module.functions):    # graphc's own GEMM kernels, optimized once
-                if fn.is_declaration and fn.name.startswith(gemm.PREFIX):
-                    module.link_in(b.parse_assembly(
-                        gemm_ir.optimized_ir(fn.name, self.features, opt_level)))
-            self._module = module
-        return self._module
-
-    def assembly(self) -> str:
-        if self._asm is None:
-            self._asm = self.target_machine.emit_assembly(self.module)
-        return self._asm

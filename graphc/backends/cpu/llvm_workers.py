@@ -1,0 +1,126 @@
+"""Compile jobs in several processes at once: LLVM holds one global lock per process,
+so a large program's parts (module_parts.py) compile in parallel only in forked
+children.
+
+The jobs (largest first) are numbered into a pipe before the fork; this process and each
+child take the next number from it until none is left (a pipe read of 4 bytes takes one
+whole record), so a process that drew small jobs takes more of them. A child sends its
+results back when the queue is empty and exits. A child that dies, fails or has not
+answered by the deadline is killed, and this process compiles the jobs it did not
+return: the result never depends on the children.
+
+GRAPHC_COMPILE_PROCESSES caps the processes (default: the CPUs this process may use,
+at most MAX_PROCESSES); 1 compiles everything here.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import time
+
+MAX_PROCESSES = 8
+GRACE_S = 30.0              # a child may answer this long after this process is done (+ 4x its time)
+RECORD = struct.Struct("<I")
+
+
+def processes() -> int:
+    from graphc_runtime.cpus import usable_cpus
+    setting = os.environ.get("GRAPHC_COMPILE_PROCESSES", "").strip()
+    try:
+        cap = int(setting) if setting else MAX_PROCESSES
+    except ValueError:
+        from graphc_runtime.errors import CompileError
+        raise CompileError(f"GRAPHC_COMPILE_PROCESSES must be a whole number, "
+                           f"got {setting!r}") from None
+    return max(1, min(cap, usable_cpus(), MAX_PROCESSES))
+
+
+def run(jobs: list, work, n_processes: int) -> list:
+    """[work(job) for job in jobs], computed by up to `n_processes` processes."""
+    n_children = min(n_processes, len(jobs)) - 1
+    if n_children < 1 or not hasattr(os, "fork"):
+        return [work(job) for job in jobs]
+    from graphc_runtime.forks import helper_fork
+    queue_r, queue_w = os.pipe()
+    os.write(queue_w, b"".join(RECORD.pack(k) for k in range(len(jobs))))
+    os.close(queue_w)
+    children = []
+    try:
+        for _ in range(n_children):
+            result_r, result_w = os.pipe()
+            pid = helper_fork()
+            if pid == 0:                                      # the child
+                os.close(result_r)
+                _child(queue_r, result_w, jobs, work)
+            os.close(result_w)
+            children.append((pid, result_r))
+        started = time.monotonic()
+        results = _take(queue_r, jobs, work)
+        deadline = time.monotonic() + GRACE_S + 4 * (time.monotonic() - started)
+        for pid, fd in children:
+            results.update(_collect(pid, fd, deadline))
+        children = []
+    finally:
+        os.close(queue_r)
+        for pid, fd in children:                               # an error here: no orphans
+            _kill(pid)
+            os.close(fd)
+    return [results[k] if k in results else work(job) for k, job in enumerate(jobs)]
+
+
+def _take(queue_r: int, jobs: list, work) -> dict:
+    results = {}
+    while True:
+        record = os.read(queue_r, RECORD.size)
+        if len(record) < RECORD.size:
+            return results
+        (k,) = RECORD.unpack(record)
+        results[k] = work(jobs[k])
+
+
+def _child(queue_r: int, result_w: int, jobs: list, work) -> None:
+    status = 1
+    try:
+        data = pickle.dumps(_take(queue_r, jobs, work), protocol=pickle.HIGHEST_PROTOCOL)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(result_w, view):]
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _collect(pid: int, fd: int, deadline: float) -> dict:
+    """The child's results, or {} where it failed or missed the deadline."""
+    chunks = []
+    try:
+        while True:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                _kill(pid)
+                return {}
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        return {}
+    try:
+        results = pickle.loads(b"".join(chunks))
+    except Exception:                         # a child cut short: its jobs are done here
+        return {}
+    return results if isinstance(results, dict) else {}
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
