@@ -38,7 +38,8 @@ from graphc_runtime.dims import json_default
 KIND = cache_store.Kind(b"GRAPHC-PROGRAM-CACHE-1\n", ".gcp", compress=False, checksum=False)
 LABEL = "program cache entry"
 _OWN_SETTINGS = ("GRAPHC_CACHE", "GRAPHC_CACHE_DIR", "GRAPHC_CACHE_MAX_BYTES",
-                 "GRAPHC_PROGRAM_CACHE")
+                 "GRAPHC_PROGRAM_CACHE",
+                 "GRAPHC_COMPILE_PROCESSES")     # how many compile it: the same program
 
 
 def enabled() -> bool:

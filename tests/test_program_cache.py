@@ -91,6 +91,7 @@ def test_what_decides_the_code_misses(tmp_path):
     assert _run(tmp_path, GRAPHC_POOL="0")["cache"] == "miss"         # a GRAPHC_ setting
     assert len(_entries(tmp_path)) == 4
     assert _run(tmp_path)["cache"] == "hit"
+    assert _run(tmp_path, GRAPHC_COMPILE_PROCESSES="1")["cache"] == "hit"  # same program
 
 
 def test_a_corrupt_or_foreign_entry_is_rebuilt(tmp_path):
