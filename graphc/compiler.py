@@ -56,15 +56,17 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
              "updates": [[v.name, nv.node.id] for v, nv in zip(upd_vars, upd_vals)],
              "inputs": None if inputs is None else
              [t.node.id if isinstance(t, Tensor) else repr(t) for t in inputs]}
-    cache_name, cache_state = program_cache.key(graph, roots, backend, options) \
-        if use_cache else (None, "not used: compiled again for its module")
+    cache_name, cache_state, graph_arrays = program_cache.key(graph, roots, backend, options) \
+        if use_cache else (None, "not used: compiled again for its module", {})
     if cache_name is not None:
         exe = program_cache.load(cache_name, graph, rebuild, lambda: compile(
-            outputs, inputs, updates, device, _no_program_cache=True, **options))
+            outputs, inputs, updates, device, _no_program_cache=True, **options),
+            graph_arrays)
         if exe is not None:
             exe.stats.update(program_cache="hit", compile_seconds=time.perf_counter() - start,
                              pass_seconds={"program_cache": time.perf_counter() - start})
             return exe
+    graph_arrays = frozenset(graph_arrays)    # a miss keeps their names, not their bytes
     source = Program(graph, [t.node for t in flat],
                      [(v.name, nv.node) for v, nv in zip(upd_vars, upd_vals)],
                      {"winograd": winograd, "precision": precision})
@@ -115,7 +117,7 @@ def compile(outputs, inputs=None, updates=None, device: str = "cpu", **options) 
     if options.get("distributed") is not None:
         options["distributed"].setup(exe, optimized)
     if cache_name is not None:
-        program_cache.store(cache_name, exe)
+        program_cache.store(cache_name, exe, graph_arrays)
     return exe
 
 

@@ -13,7 +13,8 @@ entry is keyed by the sha256 of everything a CPU compile reads, namely
   older graphc's programs);
 
 and holds what an artifact holds but the variables: the object code, the manifest, the
-constants, the dumps and the compile's stats. A hit builds the Executable from it (like
+constants that are not arrays of the graph (the key covers those bytes: a hit takes
+them from the graph), the dumps and the compile's stats. A hit builds the Executable from it (like
 `graphc_runtime.load`), bound to the graph's variables, without running the compiler.
 `dump("asm")` and `profile()` of a hit compile the program again when first asked (they
 need the compiler's module).
@@ -78,61 +79,74 @@ def _foreign_rule(ops: set) -> str | None:
     return None
 
 
-def key(graph, roots: dict, backend, options: dict) -> tuple[str | None, str]:
-    """(entry name, "") for a compile the cache can serve, else (None, why not)."""
+def key(graph, roots: dict, backend, options: dict) -> tuple[str | None, str, dict]:
+    """(entry name, "", the graph's arrays {sha256 hex: bytes}) for a compile the cache
+    can serve, else (None, why not, {})."""
     from .backends.cpu.backend import CpuBackend
     if not enabled():
-        return None, "off"
+        return None, "off", {}
     if type(backend) is not CpuBackend:
-        return None, f"not used: device {backend.device}"
+        return None, f"not used: device {backend.device}", {}
     for option in ("distributed", "dump_dir"):
         if options.get(option) is not None:
-            return None, f"not used: {option}="
+            return None, f"not used: {option}=", {}
     foreign = _foreign_rule(_ops(graph))
     if foreign is not None:
-        return None, f"not used: primitive {foreign!r} has rules from outside graphc"
+        return None, f"not used: primitive {foreign!r} has rules from outside graphc", {}
     import numpy as np
     from graphc_runtime.host import llvm_identity
     from .ir.serialize import graph_to_dict
     settings = sorted((k, v) for k, v in os.environ.items()
                       if k.startswith("GRAPHC_") and k not in _OWN_SETTINGS)
     compile_options = sorted((k, repr(v)) for k, v in options.items())
+    tensors: dict = {}
     try:
         described = json.dumps({
-            "graph": graph_to_dict(graph, include_variables=False, tensors={}),
+            "graph": graph_to_dict(graph, include_variables=False, tensors=tensors),
             "roots": roots, "options": compile_options, "threads": backend.threads,
             "opt_level": backend.opt_level, "settings": settings,
             "host": llvm_identity(),
             "versions": [sys.version, np.__version__, cache_store.source_fingerprint()],
         }, sort_keys=True, default=json_default)
     except (TypeError, ValueError) as e:
-        return None, f"not used: the graph does not serialize ({e})"
-    return cache_store.entry_name(KIND, described), ""
+        return None, f"not used: the graph does not serialize ({e})", {}
+    return cache_store.entry_name(KIND, described), "", tensors
 
 
-def store(name: str, exe) -> None:
-    """Keep `exe` (just compiled) as entry `name`: an artifact without the variables."""
+def store(name: str, exe, tensors) -> None:
+    """Keep `exe` (just compiled) as entry `name`: an artifact without the variables and
+    without the constants that are arrays of the graph (`tensors`: the sha256 hex names
+    of key()'s): the key covers their bytes, so a hit takes them from the graph it was
+    asked for."""
     from graphc_runtime import artifact, plan_digest
     from graphc_runtime.model import array_bytes
     info = exe._info
     manifest = exe.manifest()
     sections = dict(info["sections"])
+    from_graph = {}
     for k, c in enumerate(exe._native.constants):
-        sections[f"constant/{k}"] = array_bytes(c)
-        sections.pop(f"tensor/{hashlib.sha256(sections[f'constant/{k}']).hexdigest()}", None)
+        raw = array_bytes(c)
+        digest = hashlib.sha256(raw).hexdigest()
+        sections.pop(f"tensor/{digest}", None)
+        if digest in tensors:
+            from_graph[k] = digest
+        else:
+            sections[f"constant/{k}"] = raw
     for stage in ("graph", "optimized", "fused", "memory", "llvm"):
         sections[f"dump/{stage}"] = exe.dump(stage).encode()
     try:
         sections["cache/stats.json"] = json.dumps(exe.stats, default=json_default).encode()
         sections["cache/derived.json"] = json.dumps(info["derived"]()).encode()
+        sections["cache/graph_constants.json"] = json.dumps(from_graph).encode()
         payload = artifact.encode(manifest, plan_digest.stamp_sections(manifest, sections))
     except (TypeError, ValueError):
         return                              # a stat or recipe JSON cannot hold: not kept
     cache_store.store(KIND, name, payload)
 
 
-def load(name: str, graph, rebuild, recompile):
-    """The Executable entry `name` holds, bound to `graph`'s variables, or None (no
+def load(name: str, graph, rebuild, recompile, tensors: dict):
+    """The Executable entry `name` holds, bound to `graph`'s variables and to its arrays
+    (`tensors`, from key()) for the constants the entry does not hold, or None (no
     entry, or one that does not check: it is removed). `recompile()` compiles the
     program without this cache (for dump("asm") and profile())."""
     from graphc_runtime import artifact, manifest as manifests, plan_digest
@@ -158,8 +172,11 @@ def load(name: str, graph, rebuild, recompile):
                     dtypes.canonical(value.dtype) != dtype:
                 return None                     # the graph's variable is not what it was
             variables[var] = value
-        constants = [bytes_array(sections[f"constant/{k}"], tuple(shape), dtype,
-                                 f"{LABEL}: constant {k}")
+        from_graph = {int(k): d for k, d in
+                      json.loads(sections["cache/graph_constants.json"]).items()}
+        raw = [tensors[from_graph[k]] if k in from_graph else sections[f"constant/{k}"]
+               for k in range(len(manifest["constants"]))]
+        constants = [bytes_array(raw[k], tuple(shape), dtype, f"{LABEL}: constant {k}")
                      for k, (shape, dtype) in enumerate(manifest["constants"])]
         sections["object"] = plan_digest.stamp(sections["object"], bytes(32), "object")
         native = CpuProgram(sections["object"], signature, manifest["arena_bytes"],
@@ -168,8 +185,8 @@ def load(name: str, graph, rebuild, recompile):
         derived = json.loads(sections["cache/derived.json"])
         dumps = {stage: sections[f"dump/{stage}"].decode()
                  for stage in ("graph", "optimized", "fused", "memory", "llvm")}
-        tensors = {f"tensor/{manifest['sections'][f'constant/{k}']['sha256']}":
-                   sections[f"constant/{k}"] for k in range(len(manifest["constants"]))}
+        held = {f"tensor/{from_graph.get(k) or manifest['sections'][f'constant/{k}']['sha256']}":
+                raw[k] for k in range(len(manifest["constants"]))}
     except (GraphcError, UnicodeDecodeError, *_MALFORMED):      # checked, not trusted
         cache_store.remove(KIND, name)
         return None
@@ -179,7 +196,7 @@ def load(name: str, graph, rebuild, recompile):
                                       "format_version")},
             "sections": {**{k: v for k, v in sections.items()
                             if not k.startswith(("constant/", "dump/", "cache/"))},
-                         **tensors},          # the graphs' arrays a constant holds
+                         **held},             # the graphs' arrays a constant holds
             "derived": lambda: derived,
             "profile_object": lambda: fresh()._profile_object()}
     return Executable(native, rebuild, stats, dumps, device="cpu", module=fresh, info=info)

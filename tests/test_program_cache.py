@@ -207,6 +207,25 @@ def test_a_hit_takes_the_variables_the_graph_has_now(cache_on):
     assert not np.allclose(first(x=feed), want)
 
 
+def test_the_graphs_arrays_are_taken_from_the_graph_not_stored(cache_on):
+    import graphc_runtime
+    big = np.linspace(-1, 1, 256 * 512, dtype=np.float32).reshape(256, 512)   # 512 KB
+    feed = np.random.default_rng(4).standard_normal((3, 256)).astype(np.float32)
+    exes = []
+    for _ in range(2):
+        with gc.Graph("big"):
+            x = gc.placeholder((3, 256), name="x")
+            exes.append(gc.compile(gc.tanh(x @ gc.constant(big)) + 0.5))
+    miss, hit = exes
+    assert (miss.stats["program_cache"], hit.stats["program_cache"]) == ("miss", "hit")
+    (entry,) = _entries(cache_on)
+    assert entry.stat().st_size < big.nbytes // 4          # the weights are the graph's
+    np.testing.assert_array_equal(hit(x=feed), miss(x=feed))
+    hit.save(str(cache_on / "hit.gcx"))                     # an artifact holds them
+    np.testing.assert_array_equal(graphc_runtime.load(str(cache_on / "hit.gcx"))(x=feed),
+                                  miss(x=feed))
+
+
 def test_compiles_it_cannot_serve_say_why(cache_on):
     from llvmlite import ir
     from graphc import extend
