@@ -1,7 +1,8 @@
 """Four ONNX models built with onnx.helper, shaped like what exporters emit: a
 ResNet-style CNN, a MobileNet-style depthwise CNN, a BERT-style encoder and a GPT-style
 causal decoder (random weights, fixed seed); and CNNs at real sizes, 224 x 224
-(REAL_MODELS: ResNet-50-sized, MobileNetV2-sized, ConvNeXt-style). Used by
+(REAL_MODELS: ResNet-50-sized, MobileNetV2-sized, ConvNeXt-style, ResNeXt-50-sized, and a
+wav2vec2-style audio encoder over 1 s of 16 kHz audio). Used by
 tests/test_onnx_models.py and bench/onnx.py; each builder takes the batch size and
 returns (ModelProto, feeds maker).
 """
@@ -239,22 +240,28 @@ def gpt(batch: int, seq: int = 64, hidden: int = 128, heads: int = 4, layers: in
 def resnet50(batch: int, size: int = 224, classes: int = 1000, depths=(3, 4, 6, 3)):
     """ResNet-50-sized: a 7 x 7 stride-2 stem and max pool, then bottleneck blocks
     (1 x 1, 3 x 3, 1 x 1 with 4x expansion) of 64..512 channels, depths 3-4-6-3."""
-    b = _Builder(6)
+    return _bottleneck_net(_Builder(6), "resnet50", batch, size, classes, depths, 1, 1)
+
+
+def _bottleneck_net(b, name, batch, size, classes, depths, groups, widen):
+    """The stem, then bottlenecks of 64..512 planes: 1 x 1 to widen * planes channels,
+    3 x 3 in `groups` groups (the stride), 1 x 1 to 4 * planes."""
     x = "image"
     h = b.conv_bn(x, 3, 64, 7, 2)
     h = b.op("MaxPool", [h], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     cin = 64
-    for stage, (width, depth) in enumerate(zip((64, 128, 256, 512), depths)):
+    for stage, (planes, depth) in enumerate(zip((64, 128, 256, 512), depths)):
+        width, cout = widen * planes, 4 * planes
         for k in range(depth):
-            stride, cout = (2 if stage and not k else 1), 4 * width
+            stride = 2 if stage and not k else 1
             y = b.conv_bn(h, cin, width, 1)
-            y = b.conv_bn(y, width, width, 3, stride)
+            y = b.conv_bn(y, width, width, 3, stride, group=groups)
             y = b.conv_bn(y, width, cout, 1, act=None)
             skip = h if cin == cout and stride == 1 else \
                 b.conv_bn(h, cin, cout, 1, stride, act=None)
             h = b.op("Relu", [b.op("Add", [y, skip])])
             cin = cout
-    return _classifier(b, "resnet50", x, h, cin, batch, size, classes)
+    return _classifier(b, name, x, h, cin, batch, size, classes)
 
 
 def mobilenet_v2(batch: int, size: int = 224, classes: int = 1000):
@@ -277,5 +284,55 @@ def mobilenet_v2(batch: int, size: int = 224, classes: int = 1000):
     return _classifier(b, "mobilenet_v2", x, h, 1280, batch, size, classes)
 
 
+def resnext50(batch: int, size: int = 224, classes: int = 1000, depths=(3, 4, 6, 3),
+              groups: int = 32):
+    """ResNeXt-50 (32 x 4d)-sized: ResNet-50's stem and bottlenecks whose 3 x 3
+    convolution has 32 groups (128..1024 channels, 4..32 a group), outputs 256..2048."""
+    return _bottleneck_net(_Builder(8), "resnext50", batch, size, classes, depths, groups, 2)
+
+
+def wav2vec2(batch: int, seconds: float = 1.0, hidden: int = 768, heads: int = 12,
+             layers: int = 2):
+    """wav2vec2-base-style audio encoder over raw 16 kHz audio: seven 1-D convolutions of
+    512 channels (kernels 10, 3, 3, 3, 3, 2, 2; strides 5, 2, ...; the first with
+    per-channel normalization), GELU after each; LayerNorm and a projection to 768; the
+    positional convolution (kernel 128, 16 groups, its last frame dropped) + GELU added
+    back; LayerNorm and post-norm transformer layers (12 heads, FFN 3072)."""
+    b = _Builder(9)
+    x = "audio"
+    samples = int(16000 * seconds)
+    h = b.op("Unsqueeze", [x, b.const(np.array([1], np.int64))])
+    cin, frames = 1, samples
+    for i, (k, s) in enumerate([(10, 5)] + [(3, 2)] * 4 + [(2, 2)] * 2):
+        h = b.op("Conv", [h, b.weight((512, cin, k))], kernel_shape=[k], strides=[s])
+        if i == 0:
+            h = b.op("InstanceNormalization", [h, b.const(np.ones(512, np.float32)),
+                                               b.const(np.zeros(512, np.float32))])
+        h = b.gelu_erf(h)
+        cin, frames = 512, (frames - k) // s + 1
+    h = b.linear(b.layer_norm(b.op("Transpose", [h], perm=[0, 2, 1]), 512), 512, hidden)
+    p = b.op("Conv", [b.op("Transpose", [h], perm=[0, 2, 1]),
+                      b.weight((hidden, hidden // 16, 128)),
+                      b.const(np.zeros(hidden, np.float32))],
+             kernel_shape=[128], pads=[64, 64], group=16)
+    p = b.op("Slice", [p, b.const(np.array([0], np.int64)),
+                       b.const(np.array([frames], np.int64)), b.const(np.array([2], np.int64))])
+    h = b.op("Add", [h, b.op("Transpose", [b.gelu_erf(p)], perm=[0, 2, 1])])
+    h = b.layer_norm(h, hidden)
+    mask_add = b.const(np.zeros((1, 1, 1, frames), np.float32), "mask")
+    for _ in range(layers):
+        h = b.layer_norm(b.op("Add", [h, b.attention(h, hidden, heads, frames, mask_add)]),
+                         hidden)
+        f = b.linear(b.gelu_erf(b.linear(h, hidden, 4 * hidden)), 4 * hidden, hidden)
+        h = b.layer_norm(b.op("Add", [h, f]), hidden)
+    b.nodes[-1].output[0] = "last_hidden_state"
+    m = b.model("wav2vec2", [helper.make_tensor_value_info(x, TensorProto.FLOAT,
+                                                           [batch, samples])],
+                [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
+                                               [batch, frames, hidden])])
+    return m, lambda rng: {x: rng.normal(0, 0.1, (batch, samples)).astype(np.float32)}
+
+
 MODELS = {"resnet": resnet, "mobilenet": mobilenet, "bert": bert, "gpt": gpt}
-REAL_MODELS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "convnext": convnext}
+REAL_MODELS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "convnext": convnext,
+               "resnext50": resnext50, "wav2vec2": wav2vec2}

@@ -8,7 +8,7 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime (test extra) is not
 
 import graphc as gc  # noqa: E402
 import graphc.onnx as gonnx  # noqa: E402
-from bench.onnx_models import MODELS  # noqa: E402
+from bench.onnx_models import MODELS, REAL_MODELS  # noqa: E402
 
 
 def _ort(model, feeds):
@@ -30,6 +30,24 @@ def test_model_matches_onnxruntime(name, batch, rng):
             assert got[k].shape == want[k].shape and got[k].dtype == want[k].dtype
             np.testing.assert_allclose(got[k], want[k], rtol=1e-3,
                                        atol=1e-3 * np.abs(want[k]).max())
+
+
+@pytest.mark.parametrize("name, build", [
+    ("resnext50", lambda: REAL_MODELS["resnext50"](2, size=64, depths=(1, 1, 1, 1))),
+    ("wav2vec2", lambda: REAL_MODELS["wav2vec2"](2, seconds=0.25, layers=1))])
+def test_grouped_convolution_models_match_onnxruntime(name, build, rng):
+    """ResNeXt-style (3 x 3 convolutions with 32 groups) and wav2vec2-style (1-D feature
+    convolutions, the 16-group positional convolution), reduced in size."""
+    model, make_feeds = build()
+    exe = gonnx.compile(model)
+    feeds = make_feeds(rng)
+    want = _ort(model, feeds)
+    got = exe(**feeds)
+    for k in want:
+        assert got[k].shape == want[k].shape
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-3,
+                                   atol=1e-3 * np.abs(want[k]).max())
+    assert "dot_general(" in exe.dump("optimized")
 
 
 def test_batch_norm_folds_into_the_convolutions(rng):

@@ -13,7 +13,8 @@ pad, take strided slices, lay them out as a matrix, multiply, transpose back.
 Winograd (conv_winograd.py): 3x3 windows at stride 1 with even output sizes and 16 or
 more channels; the compile option winograd=False keeps the product.
 Depthwise convolutions: a sum over the window of views of the padded input times
-per-channel weights, one fused loop kernel. Small convolutions keep the direct kernel.
+per-channel weights, one fused loop kernel. Other grouped convolutions: a product per
+group (conv_grouped.py). Small convolutions keep the direct kernel.
 The measurements behind each threshold are in docs/performance.md.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ import itertools
 
 from graphc_runtime import dims as sym
 
+from .conv_grouped import grouped, grouped_fits
 from .conv_input_dilated import input_dilated
 from .conv_winograd import winograd, winograd_decomposed, winograd_fits
 from .program import Builder, Program, rebuild
@@ -435,7 +437,9 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
         if depthwise and node.dtype in ("float32", "float64") and \
                 sym.prod(w.shape[2:]) <= MAX_WINDOW:
             return _depthwise(builder, node, x, w)
-        if a["feature_group_count"] != 1:
+        if a["feature_group_count"] != 1:        # grouped: one product per group
+            if node.dtype in ("float32", "float64") and grouped_fits(node, x, w):
+                return grouped(builder, node, _padded(builder, x, a["padding"]), w)
             return None
         if cpu and node.dtype == "bfloat16":     # kept for AMX tiles: over patches
             return _patch_product(builder, node, x, w) if patches_fit(node, x, w) else None
