@@ -2,6 +2,8 @@
 window_view primitive, the product over it (the own nnw kernel), 1-D / 2-D / 3-D shapes,
 padding (asymmetric, cropping), dilation, symbolic batches, gradients, thread counts;
 everything against the numpy reference interpreter."""
+import re
+
 import numpy as np
 import pytest
 
@@ -337,3 +339,26 @@ def test_padded_epilogue_of_a_loop_nest_product(dtype):
     assert any("[dot]" in g and ":pad" in g for g in exes[1].dump("fused").splitlines())
     for e in exes:
         np.testing.assert_array_equal(e(**feeds), want)
+
+
+def test_a_filter_gradient_over_output_positions_is_read_in_order_by_its_update():
+    """The filter gradient of a 3 x 3 convolution over 7 x 7 images is a convolution with
+    a 7 x 7 window and 3 x 3 outputs, run as a product per output position. Its result
+    comes out (O, C, 3, 3)-ordered, so the momentum update reads it in order; compiled
+    against the reference."""
+    rng = np.random.default_rng(11)
+    with gc.Graph("filter_grad"):
+        x = gc.placeholder((4, 32, 7, 7), name="x")
+        w = gc.variable((rng.standard_normal((48, 32, 3, 3)) * 0.1).astype(np.float32),
+                        name="w")
+        y = _conv(x, w, ((1, 1), (1, 1)))
+        loss = (y * y).mean()
+        (gw,) = gc.grad(loss, [w])
+        exe = gc.compile({"gw": gw})
+        text = exe.dump("optimized")
+        feeds = {"x": rng.standard_normal((4, 32, 7, 7)).astype(np.float32)}
+        want = gc.evaluate(gw, feeds)
+    # the product is (O, C * 3 * 3): the rows are the gradient's rows
+    assert re.search(r"dot_general\(.*: f32\[48,288\]", text)
+    got = exe(**feeds)["gw"]
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())

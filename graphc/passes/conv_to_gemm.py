@@ -271,16 +271,20 @@ def _per_output_position(b: Builder, node, x, w):
                                zip(start[2:], window, a["rhs_dilation"]))
         sl = b.add("slice", (xp,), {"start_indices": start, "limit_indices": limit,
                                     "strides": (1, 1) + tuple(a["rhs_dilation"])})
-        slabs.append(b.add("reshape", (sl,), {"new_sizes": (1, n, c * q)}))
+        slabs.append(b.add("reshape", (sl,), {"new_sizes": (n, 1, c * q)}))
     positions = len(slabs)
     stacked = slabs[0] if positions == 1 else b.add("concatenate", tuple(slabs),
-                                                    {"dimension": 0})
-    patches = b.add("reshape", (stacked,), {"new_sizes": (positions * n, c * q)})
+                                                    {"dimension": 1})
+    # w(O, C*q) @ patches^T: (O, N, positions), then (N, O, positions). A filter
+    # gradient (N: the input channels) is transposed back to (O, C, *window) by its VJP,
+    # which cancels this transpose: its update reads the product in order (it read
+    # (positions, N, O) strided, a 512-channel 3 x 3 momentum update at 5 GB/s)
+    patches = b.add("reshape", (stacked,), {"new_sizes": (n * positions, c * q)})
     wm = b.add("reshape", (w,), {"new_sizes": (o, c * q)})
-    prod = b.add("dot_general", (patches, wm), {"lhs_contracting": (1,), "rhs_contracting": (1,),
+    prod = b.add("dot_general", (wm, patches), {"lhs_contracting": (1,), "rhs_contracting": (1,),
                                                 "lhs_batch": (), "rhs_batch": ()})
-    prod = b.add("reshape", (prod,), {"new_sizes": (positions, n, o)})
-    prod = b.add("transpose", (prod,), {"permutation": (1, 2, 0)})
+    prod = b.add("reshape", (prod,), {"new_sizes": (o, n, positions)})
+    prod = b.add("transpose", (prod,), {"permutation": (1, 0, 2)})
     return b.add("reshape", (prod,), {"new_sizes": node.shape}, like=node)
 
 
