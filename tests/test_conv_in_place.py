@@ -362,3 +362,26 @@ def test_a_filter_gradient_over_output_positions_is_read_in_order_by_its_update(
     assert re.search(r"dot_general\(.*: f32\[48,288\]", text)
     got = exe(**feeds)["gw"]
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def test_a_stem_filter_gradient_copies_one_window_view_not_a_slice_per_position():
+    """A 7 x 7 stride-2 stem's filter gradient has 49 output positions: its patches are
+    one copy of a window view (one loop nest) instead of 49 concatenated slices (7,567
+    lines of IR at 224 x 224); compiled against the reference."""
+    rng = np.random.default_rng(12)
+    with gc.Graph("stem_grad"):
+        x = gc.placeholder((2, 3, 32, 32), name="x")
+        w = gc.variable((rng.standard_normal((16, 3, 7, 7)) * 0.1).astype(np.float32),
+                        name="w")
+        y = bind("conv", x, w, window_strides=(2, 2), padding=((3, 3), (3, 3)),
+                 lhs_dilation=(1, 1), rhs_dilation=(1, 1), feature_group_count=1)
+        (gw,) = gc.grad((y * y).mean(), [w])
+        exe = gc.compile({"gw": gw})
+        text = exe.dump("optimized")
+        feeds = {"x": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}
+        want = gc.evaluate(gw, feeds)
+    widest = max((line.split("{")[0].count("%") - 1 for line in text.splitlines()
+                  if " concatenate(" in line), default=0)
+    assert "window_view" in text and widest < 49          # (the forward's planes: 7)
+    got = exe(**feeds)["gw"]
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())

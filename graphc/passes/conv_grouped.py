@@ -34,6 +34,20 @@ def grouped_fits(node, x, w) -> bool:
     return patch_bytes <= MAX_PATCH_BYTES
 
 
+def patch_view(b: Builder, node, xp, window):
+    """The patch matrix of conv `node` over its padded input `xp` without copying it: a
+    window_view (N, C, *taps, *out), element [n, c, k.., p..] = xp[n, c, p*s + k*d]."""
+    a = node.attrs
+    n, c = xp.shape[:2]
+    full = xp.shape[2:]
+    rows = [sym.prod(full[d + 1:]) for d in range(len(window))]
+    flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(full))})
+    steps = tuple(d * r for d, r in zip(a["rhs_dilation"], rows)) + \
+        tuple(s * r for s, r in zip(a["window_strides"], rows))
+    return b.add("window_view", (flat,), {"sizes": tuple(window) + tuple(node.shape[2:]),
+                                          "strides": steps})
+
+
 def grouped(b: Builder, node, xp, w):
     """Conv `node` of the padded input `xp` (its padding applied) and `w`, per group."""
     a = node.attrs
@@ -41,12 +55,7 @@ def grouped(b: Builder, node, xp, w):
     o, groups = w.shape[0], a["feature_group_count"]
     window, out_sp = tuple(w.shape[2:]), tuple(node.shape[2:])
     nsp = len(window)
-    full = xp.shape[2:]
-    rows = [sym.prod(full[d + 1:]) for d in range(nsp)]
-    flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(full))})
-    steps = tuple(d * r for d, r in zip(a["rhs_dilation"], rows)) + \
-        tuple(s * r for s, r in zip(a["window_strides"], rows))
-    view = b.add("window_view", (flat,), {"sizes": window + out_sp, "strides": steps})
+    view = patch_view(b, node, xp, window)
     # (N, C, *taps, *out) -> (C, *taps, N, *out): each group's rows, then its columns
     perm = (1,) + tuple(range(2, 2 + nsp)) + (0,) + tuple(range(2 + nsp, 2 + 2 * nsp))
     patches = b.add("transpose", (view,), {"permutation": perm})

@@ -24,6 +24,7 @@ import itertools
 from graphc_runtime import dims as sym
 
 from .conv_grouped import grouped, grouped_fits
+from .conv_positions import per_output_position
 from .conv_input_dilated import input_dilated
 from .conv_winograd import winograd, winograd_decomposed, winograd_fits
 from .program import Builder, Program, rebuild
@@ -256,38 +257,6 @@ def _product(b: Builder, node, w, view, grid, k):
                                     "strides": (1,) * len(grid)}, like=node)
 
 
-def _per_output_position(b: Builder, node, x, w):
-    a = node.attrs
-    n, c = x.shape[:2]
-    o = w.shape[0]
-    window = w.shape[2:]
-    out_sp = node.shape[2:]
-    xp = _padded(b, x, a["padding"])
-    q = sym.prod(window)
-    slabs = []
-    for pos in itertools.product(*[range(m) for m in out_sp]):
-        start = (0, 0) + tuple(p * s for p, s in zip(pos, a["window_strides"]))
-        limit = (n, c) + tuple(st + (k - 1) * d + 1 for st, k, d in
-                               zip(start[2:], window, a["rhs_dilation"]))
-        sl = b.add("slice", (xp,), {"start_indices": start, "limit_indices": limit,
-                                    "strides": (1, 1) + tuple(a["rhs_dilation"])})
-        slabs.append(b.add("reshape", (sl,), {"new_sizes": (n, 1, c * q)}))
-    positions = len(slabs)
-    stacked = slabs[0] if positions == 1 else b.add("concatenate", tuple(slabs),
-                                                    {"dimension": 1})
-    # w(O, C*q) @ patches^T: (O, N, positions), then (N, O, positions). A filter
-    # gradient (N: the input channels) is transposed back to (O, C, *window) by its VJP,
-    # which cancels this transpose: its update reads the product in order (it read
-    # (positions, N, O) strided, a 512-channel 3 x 3 momentum update at 5 GB/s)
-    patches = b.add("reshape", (stacked,), {"new_sizes": (n * positions, c * q)})
-    wm = b.add("reshape", (w,), {"new_sizes": (o, c * q)})
-    prod = b.add("dot_general", (wm, patches), {"lhs_contracting": (1,), "rhs_contracting": (1,),
-                                                "lhs_batch": (), "rhs_batch": ()})
-    prod = b.add("reshape", (prod,), {"new_sizes": (o, n, positions)})
-    prod = b.add("transpose", (prod,), {"permutation": (1, 0, 2)})
-    return b.add("reshape", (prod,), {"new_sizes": node.shape}, like=node)
-
-
 def _depthwise(b: Builder, node, x, w):
     """Sum over window offsets of the padded input's window times per-channel weights
     (one channel per group). The padded input is written once (beneath a window_view)
@@ -490,4 +459,4 @@ def _patch_product(b: Builder, node, x, w):
     per output position."""
     if sym.prod(w.shape[2:]) <= sym.prod(node.shape[2:]):
         return _im2col(b, node, x, w)
-    return _per_output_position(b, node, x, w)
+    return per_output_position(b, node, _padded(b, x, node.attrs["padding"]), w)
