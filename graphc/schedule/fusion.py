@@ -394,6 +394,10 @@ def _layout_fits(root: Node, dot: Node) -> bool:
 def _merge(plan_: FusionPlan, program: Program, users, program_roots,
            policy: SchedulePolicy) -> None:
     pads = policy.rearranged_epilogues
+    # verdicts that depend only on the two groups (a merge makes a new Group object, so
+    # a verdict is never asked again of a changed group): each merge rescans every pair
+    compatible: dict = {}          # (id a, id b, edge) -> (a, b, _compatible)
+    refused: dict = {}             # (id a, id b, root ids) -> (a, b): the probe did not fit
     changed = True
     while changed:
         changed = False
@@ -407,7 +411,10 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots,
             if a.kind == "collective" or b.kind == "collective":
                 continue
             pc = graph.has_edge(a_id, b_id)
-            if not _compatible(a, b, pc, pads):
+            key = (id(a), id(b), pc)
+            if key not in compatible:
+                compatible[key] = (a, b, _compatible(a, b, pc, pads))
+            if not compatible[key][2]:
                 continue
             if _creates_cycle(graph, a_id, b_id):
                 continue
@@ -418,8 +425,12 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots,
             members.update(b.members)
             roots = _needed_roots(roots, members, plan_, alive, a_id, b_id, program_roots,
                                   users, anchor)
+            tried = (id(a), id(b), tuple(r.id for r in roots))
+            if tried in refused:
+                continue
             kernel = builders.probe(Group(a.id, kind, roots, members, anchor))
             if kernel is None or not policy.fits(kernel):
+                refused[tried] = (a, b)
                 continue
             merged = Group(a.id, kind, roots, members, anchor)
             plan_.groups = [merged if g.id == a.id else g for g in plan_.groups
