@@ -237,3 +237,16 @@ def test_format_3_artifacts_still_load_and_version_3_readers_refuse_4(monkeypatc
     monkeypatch.setattr(artifact, "FORMAT_VERSION", 3)       # a version-3 reader
     with pytest.raises(gc.ArtifactError, match="format version 4 by a newer graphc"):
         graphc_runtime.load(new)
+
+
+def test_an_object_cache_hit_in_parts_dumps_the_same_assembly(small_parts, monkeypatch,
+                                                              tmp_path):
+    monkeypatch.setenv("GRAPHC_CACHE", "1")
+    monkeypatch.setenv("GRAPHC_CACHE_DIR", str(tmp_path / "cache"))
+    first = _training_step(2, monkeypatch)
+    second = _training_step(2, monkeypatch)
+    assert (first.stats["object_cache"], second.stats["object_cache"]) == ("miss", "hit")
+    assert second.stats["llvm_parts"] == first.stats["llvm_parts"] > 1
+    assert second.dump("asm") == first.dump("asm")
+    for a, b in zip(_steps(first), _steps(second)):
+        assert np.array_equal(np.asarray(a["loss"]), np.asarray(b["loss"]))

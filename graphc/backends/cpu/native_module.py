@@ -51,10 +51,7 @@ class NativeModule:
             self.object_code, self.optimized_ir = compile_job(("whole", llvm_ir, opt_level))
             self.parts = 1
         else:
-            self._jobs = [("part", text, opt_level) for text in parts]
-            linked = sorted(set(GEMM_DECLARED.findall(llvm_ir)))
-            if linked:
-                self._jobs.append(("gemm", "\n".join(linked), opt_level))
+            self._jobs = part_jobs(llvm_ir, parts, opt_level)
             order = sorted(range(len(self._jobs)), key=lambda k: -_cost(self._jobs[k]))
             done = llvm_workers.run([self._jobs[k] for k in order], compile_job, n)
             results = dict(zip(order, done))
@@ -77,9 +74,7 @@ class NativeModule:
                 jobs = [("whole", self._whole, self.opt_level)]
                 parts = module_parts.split(self._whole) if self.parts > 1 else None
                 if parts is not None:    # a cache hit compiled in parts: the same parts
-                    jobs = [("part", text, self.opt_level) for text in parts]
-                    linked = sorted(set(GEMM_DECLARED.findall(self._whole)))
-                    jobs += [("gemm", "\n".join(linked), self.opt_level)] if linked else []
+                    jobs = part_jobs(self._whole, parts, self.opt_level)
             self._module = [build(job) for job in jobs]
         return self._module
 
@@ -88,6 +83,14 @@ class NativeModule:
             self._asm = "\n".join(self.target_machine.emit_assembly(m)
                                   for m in self.modules())
         return self._asm
+
+
+def part_jobs(llvm_ir: str, parts: list, opt_level: int) -> list:
+    """The jobs of a program cut into `parts`: each part, then the own GEMM kernels it
+    calls (one job)."""
+    jobs = [("part", text, opt_level) for text in parts]
+    linked = sorted(set(GEMM_DECLARED.findall(llvm_ir)))
+    return jobs + ([("gemm", "\n".join(linked), opt_level)] if linked else [])
 
 
 def compile_job(job) -> tuple:
