@@ -1,4 +1,4 @@
-"""Layout epilogues (K.layout_epilogue, fusion._layout_fits): a CPU product with one
+"""Layout epilogues (K.layout_epilogue, merge_rules.layout_fits): a CPU product with one
 batch axis writes a rearranged copy of its result (the padded input of a depthwise
 convolution, its phase planes, a transpose) per image, right after that image's product,
 reading it back from the kernel's scratch, and a depthwise window sum over that copy

@@ -117,14 +117,15 @@ def test_conv_to_gemm_rewrites_large_convolutions(graph):
     a, = run(p.graph, p.outputs, feeds)
     b, = run(rewritten.graph, rewritten.outputs, feeds)
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-    # a kernel-gradient-like conv: large window, small output -> one slice per position
+    # a kernel-gradient-like conv: large window, small output -> one product over a
+    # window view's copy, a row per image and output position (no slice per position)
     g = bind("conv", gc.placeholder((8, 64, 30, 30), name="xt"),
              gc.placeholder((16, 64, 28, 28), name="gt"), window_strides=(1, 1),
              padding=((0, 0), (0, 0)), lhs_dilation=(1, 1), rhs_dilation=(1, 1),
              feature_group_count=1)
     pg = program_of([g])
     rg = conv_to_gemm(pg)
-    assert "conv" not in ops(rg) and ops(rg).count("slice") == 9
+    assert "conv" not in ops(rg) and "window_view" in ops(rg) and "slice" not in ops(rg)
     feeds = {"xt": rng.standard_normal((8, 64, 30, 30)).astype(np.float32),
              "gt": rng.standard_normal((16, 64, 28, 28)).astype(np.float32)}
     a, = run(pg.graph, pg.outputs, feeds)

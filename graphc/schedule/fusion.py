@@ -26,15 +26,13 @@ from ..ir.graph import Node
 from ..ir.primitive import lookup
 from ..passes.program import Program
 from .policy import SchedulePolicy
+from .merge_rules import MAX_GROUP_DEPTH, compatible, merged_kind
 from .strides import view_strides
 
 if TYPE_CHECKING:       # networkx is imported where used (0.09 s of `import graphc`)
     import networkx as nx
 
 DUPLICATION_LIMIT = 24        # recompute budget, in cheap-op units per output element
-MAX_GROUP_NODES = 400         # size limit of one kernel
-MAX_GROUP_DEPTH = 128         # longest chain of ops inside one kernel (the kernel builders
-                              # and emitters recurse once per level of the expression)
 
 
 @dataclass
@@ -288,115 +286,12 @@ def _creates_cycle(graph: nx.DiGraph, a: int, b: int) -> bool:
     return False
 
 
-def _merged_kind(a: Group, b: Group):
-    kinds = {a.kind, b.kind}
-    if kinds <= {"loop"}:
-        return "loop"
-    if kinds <= {"loop", "row"}:
-        return "row"
-    if kinds in ({"dot", "loop"}, {"conv", "loop"}):
-        return (kinds - {"loop"}).pop()
-    return None
-
-
-def _depth(members: dict) -> int:
-    """The longest chain of member nodes (inputs before users: ids are topological)."""
-    depth = {}
-    for nid in sorted(members):
-        depth[nid] = 1 + max((depth.get(i.id, 0) for i in members[nid].inputs), default=0)
-    return max(depth.values(), default=0)
-
-
-def _group_depth(g: Group) -> int:
-    """_depth of a group's members, kept on the group (its members never change)."""
-    depth = g.__dict__.get("_depth")
-    if depth is None:
-        depth = g.__dict__["_depth"] = _depth(g.members)
-    return depth
-
-
-def _compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False) -> bool:
-    """Whether groups a and b can merge; `pads`: a dot's epilogue may also write a padded
-    copy of its result (the CPU's dot kernels fill the border, K.padded_epilogue) or a
-    rearranged one per image (_layout_fits)."""
-    kind = _merged_kind(a, b)
-    if kind is None:
-        return False
-    if len(a.members) + len(b.members) > MAX_GROUP_NODES:
-        return False
-    # the groups form a DAG, so a chain through both runs through a, then b (or the
-    # reverse): the sum of their depths bounds the merged one's
-    if _group_depth(a) + _group_depth(b) > MAX_GROUP_DEPTH and \
-            _depth({**a.members, **b.members}) > MAX_GROUP_DEPTH:
-        return False
-    if kind == "loop":
-        return a.shape() == b.shape()
-    if kind in ("dot", "conv"):
-        if not producer_consumer:
-            return False
-        anchor = a.anchor or b.anchor
-        other = b if a.anchor is not None else a
-        # the epilogue runs over the anchor's output: only elementwise, same shape (or,
-        # for a dot, that padded: the next convolution's input written in place); a
-        # window over what the anchor's group writes (a depthwise convolution over its
-        # padded output) makes layout nests, run image by image
-        windowed = _windows_into(other, a if other is b else b)
-        return all(r.shape == anchor.shape and not windowed or pads and kind == "dot" and
-                   (not windowed and K.padded_epilogue(r, anchor) or
-                    _layout_fits(r, anchor))
-                   for r in other.roots) and \
-            (a.anchor is not None and a.kind in ("dot", "conv"))
-    # row: every reduction over one domain; loop parts over that domain or its rows. A
-    # row kernel reads its operands in more than one pass (a norm's mean, then each
-    # element minus it), along its rows: a depthwise convolution's terms (windows over
-    # another layout) are written once by their own kernel instead
-    if producer_consumer and a.kind == "loop" and b.kind == "row" and \
-            any(m.op == "window_view" for m in a.members.values()):
-        return False
-    sigs = {K.reduction_signature(m) for g in (a, b) for m in g.members.values()
-            if m.op in K.REDUCE_KIND}
-    if len(sigs) != 1:
-        return False
-    shape, axes = sigs.pop()
-    kept = tuple(n for d, n in enumerate(shape) if d not in axes)
-    return all(r.shape in (shape, kept) for g in (a, b) for r in g.roots)
-
-
-def _windows_into(g: Group, target: Group) -> bool:
-    """Whether a window_view of g reads a member of target (directly or reshaped in g)."""
-    for m in g.members.values():
-        if m.op != "window_view":
-            continue
-        x = m.inputs[0]
-        while x.op == "reshape" and x.id in g.members:
-            x = x.inputs[0]
-        if x.id in target.members:
-            return True
-    return False
-
-
-LAYOUT_PRODUCT_BYTES = 512 << 10    # one image's product, read back from the cache by a
-# layout epilogue (the CPU's dot kernels keep it in a scratch of that size)
-
-
-def _layout_fits(root: Node, dot: Node) -> bool:
-    """Whether the CPU's dot kernel should write `root` (the product rearranged, such as
-    the phase planes a strided depthwise convolution reads) per image, right after that
-    image's product (K.layout_epilogue): one image's product must stay in the core's
-    cache. Threads then take whole images, or share an image by its rows where the
-    kernel's nests allow (the policy's threads_fit, on the kernel built)."""
-    if not K.layout_epilogue(root, dot):
-        return False
-    per_image = dot.nbytes // max(dot.shape[0], 1)
-    return per_image <= LAYOUT_PRODUCT_BYTES
-
-
 def _merge(plan_: FusionPlan, program: Program, users, program_roots,
            policy: SchedulePolicy) -> None:
     pads = policy.rearranged_epilogues
     # verdicts that depend only on the two groups (a merge makes a new Group object, so
     # a verdict is never asked again of a changed group): each merge rescans every pair
-    compatible: dict = {}          # (id a, id b, edge) -> (a, b, _compatible)
+    compatible_: dict = {}         # (id a, id b, edge) -> (a, b, compatible)
     refused: dict = {}             # (id a, id b, root ids) -> (a, b): the probe did not fit
     changed = True
     while changed:
@@ -412,13 +307,13 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots,
                 continue
             pc = graph.has_edge(a_id, b_id)
             key = (id(a), id(b), pc)
-            if key not in compatible:
-                compatible[key] = (a, b, _compatible(a, b, pc, pads))
-            if not compatible[key][2]:
+            if key not in compatible_:
+                compatible_[key] = (a, b, compatible(a, b, pc, pads))
+            if not compatible_[key][2]:
                 continue
             if _creates_cycle(graph, a_id, b_id):
                 continue
-            kind = _merged_kind(a, b)
+            kind = merged_kind(a, b)
             anchor = a.anchor or b.anchor
             roots = a.roots + [r for r in b.roots if r.id not in {x.id for x in a.roots}]
             members = dict(a.members)

@@ -1,0 +1,120 @@
+"""Which two fusion groups may merge into one kernel (schedule/fusion.py's _merge asks):
+the merged kind, the size and depth limits, a product's epilogue (elementwise over its
+output, a padded copy, a per-image layout), a row kernel's single reduction domain.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..ir.graph import Node
+from ..kernels import kernel as K
+
+if TYPE_CHECKING:
+    from .fusion import Group
+
+MAX_GROUP_NODES = 400         # size limit of one kernel
+MAX_GROUP_DEPTH = 128         # longest chain of ops inside one kernel (the kernel builders
+                              # and emitters recurse once per level of the expression)
+
+
+def merged_kind(a: Group, b: Group):
+    kinds = {a.kind, b.kind}
+    if kinds <= {"loop"}:
+        return "loop"
+    if kinds <= {"loop", "row"}:
+        return "row"
+    if kinds in ({"dot", "loop"}, {"conv", "loop"}):
+        return (kinds - {"loop"}).pop()
+    return None
+
+
+def _depth(members: dict) -> int:
+    """The longest chain of member nodes (inputs before users: ids are topological)."""
+    depth = {}
+    for nid in sorted(members):
+        depth[nid] = 1 + max((depth.get(i.id, 0) for i in members[nid].inputs), default=0)
+    return max(depth.values(), default=0)
+
+
+def _group_depth(g: Group) -> int:
+    """_depth of a group's members, kept on the group (its members never change)."""
+    depth = g.__dict__.get("_depth")
+    if depth is None:
+        depth = g.__dict__["_depth"] = _depth(g.members)
+    return depth
+
+
+def compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False) -> bool:
+    """Whether groups a and b can merge; `pads`: a dot's epilogue may also write a padded
+    copy of its result (the CPU's dot kernels fill the border, K.padded_epilogue) or a
+    rearranged one per image (layout_fits)."""
+    kind = merged_kind(a, b)
+    if kind is None:
+        return False
+    if len(a.members) + len(b.members) > MAX_GROUP_NODES:
+        return False
+    # the groups form a DAG, so a chain through both runs through a, then b (or the
+    # reverse): the sum of their depths bounds the merged one's
+    if _group_depth(a) + _group_depth(b) > MAX_GROUP_DEPTH and \
+            _depth({**a.members, **b.members}) > MAX_GROUP_DEPTH:
+        return False
+    if kind == "loop":
+        return a.shape() == b.shape()
+    if kind in ("dot", "conv"):
+        if not producer_consumer:
+            return False
+        anchor = a.anchor or b.anchor
+        other = b if a.anchor is not None else a
+        # the epilogue runs over the anchor's output: only elementwise, same shape (or,
+        # for a dot, that padded: the next convolution's input written in place); a
+        # window over what the anchor's group writes (a depthwise convolution over its
+        # padded output) makes layout nests, run image by image
+        windowed = _windows_into(other, a if other is b else b)
+        return all(r.shape == anchor.shape and not windowed or pads and kind == "dot" and
+                   (not windowed and K.padded_epilogue(r, anchor) or
+                    layout_fits(r, anchor))
+                   for r in other.roots) and \
+            (a.anchor is not None and a.kind in ("dot", "conv"))
+    # row: every reduction over one domain; loop parts over that domain or its rows. A
+    # row kernel reads its operands in more than one pass (a norm's mean, then each
+    # element minus it), along its rows: a depthwise convolution's terms (windows over
+    # another layout) are written once by their own kernel instead
+    if producer_consumer and a.kind == "loop" and b.kind == "row" and \
+            any(m.op == "window_view" for m in a.members.values()):
+        return False
+    sigs = {K.reduction_signature(m) for g in (a, b) for m in g.members.values()
+            if m.op in K.REDUCE_KIND}
+    if len(sigs) != 1:
+        return False
+    shape, axes = sigs.pop()
+    kept = tuple(n for d, n in enumerate(shape) if d not in axes)
+    return all(r.shape in (shape, kept) for g in (a, b) for r in g.roots)
+
+
+def _windows_into(g: Group, target: Group) -> bool:
+    """Whether a window_view of g reads a member of target (directly or reshaped in g)."""
+    for m in g.members.values():
+        if m.op != "window_view":
+            continue
+        x = m.inputs[0]
+        while x.op == "reshape" and x.id in g.members:
+            x = x.inputs[0]
+        if x.id in target.members:
+            return True
+    return False
+
+
+LAYOUT_PRODUCT_BYTES = 512 << 10    # one image's product, read back from the cache by a
+# layout epilogue (the CPU's dot kernels keep it in a scratch of that size)
+
+
+def layout_fits(root: Node, dot: Node) -> bool:
+    """Whether the CPU's dot kernel should write `root` (the product rearranged, such as
+    the phase planes a strided depthwise convolution reads) per image, right after that
+    image's product (K.layout_epilogue): one image's product must stay in the core's
+    cache. Threads then take whole images, or share an image by its rows where the
+    kernel's nests allow (the policy's threads_fit, on the kernel built)."""
+    if not K.layout_epilogue(root, dot):
+        return False
+    per_image = dot.nbytes // max(dot.shape[0], 1)
+    return per_image <= LAYOUT_PRODUCT_BYTES
