@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from graphc_runtime import dims as sym
 
+from .conv_patches import MAX_PATCH_BYTES, patch_bytes, patch_view
 from .program import Builder
 
 MIN_CHANNELS = 4    # 3 x 3 over 56 x 56, 32 groups: 4 channels a group 2.56 -> 0.85 ms,
                     # 2 a group 0.37 -> 0.55 ms (kept direct)
-MAX_PATCH_BYTES = 256 << 20
 
 
 def grouped_fits(node, x, w) -> bool:
@@ -29,23 +29,7 @@ def grouped_fits(node, x, w) -> bool:
         return False
     if w.shape[1] < MIN_CHANNELS or w.shape[0] // groups < MIN_CHANNELS:
         return False
-    patch_bytes = sym.hint(node.size // node.shape[1] * x.shape[1] * sym.prod(w.shape[2:]) *
-                           x.nbytes // max(x.size, 1))
-    return patch_bytes <= MAX_PATCH_BYTES
-
-
-def patch_view(b: Builder, node, xp, window):
-    """The patch matrix of conv `node` over its padded input `xp` without copying it: a
-    window_view (N, C, *taps, *out), element [n, c, k.., p..] = xp[n, c, p*s + k*d]."""
-    a = node.attrs
-    n, c = xp.shape[:2]
-    full = xp.shape[2:]
-    rows = [sym.prod(full[d + 1:]) for d in range(len(window))]
-    flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(full))})
-    steps = tuple(d * r for d, r in zip(a["rhs_dilation"], rows)) + \
-        tuple(s * r for s, r in zip(a["window_strides"], rows))
-    return b.add("window_view", (flat,), {"sizes": tuple(window) + tuple(node.shape[2:]),
-                                          "strides": steps})
+    return patch_bytes(node, x, w) <= MAX_PATCH_BYTES
 
 
 def grouped(b: Builder, node, xp, w):

@@ -8,7 +8,7 @@ import itertools
 
 from graphc_runtime import dims as sym
 
-from .conv_grouped import patch_view
+from .conv_patches import patch_view
 from .program import Builder
 
 

@@ -26,12 +26,12 @@ from graphc_runtime import dims as sym
 from .conv_grouped import grouped, grouped_fits
 from .conv_positions import per_output_position
 from .conv_input_dilated import input_dilated
+from .conv_patches import MAX_PATCH_BYTES, patch_bytes
 from .conv_winograd import winograd, winograd_decomposed, winograd_fits
 from .program import Builder, Program, rebuild
 
 MIN_FLOPS = 1 << 20
 IN_PLACE_MIN_FLOPS = 1 << 14    # multiply-adds: below, the direct loop kernel
-MAX_PATCH_BYTES = 256 << 20
 MAX_WINDOW = 64          # window positions (one slice each); larger windows stay direct
 IN_PLACE_MIN_ROW = 8     # output positions per row for the windowed product (below: patches)
 
@@ -447,10 +447,8 @@ def patches_fit(node, x, w) -> bool:
     if a["feature_group_count"] != 1 or any(d != 1 for d in a["lhs_dilation"]):
         return False
     flops = sym.hint(node.size * sym.prod(w.shape[1:]))
-    patch_bytes = sym.hint(node.size // node.shape[1] * sym.prod(w.shape[1:]) *
-                           x.nbytes // max(x.size, 1))
     window, positions = sym.prod(w.shape[2:]), sym.prod(node.shape[2:])
-    return flops >= MIN_FLOPS and patch_bytes <= MAX_PATCH_BYTES and \
+    return flops >= MIN_FLOPS and patch_bytes(node, x, w) <= MAX_PATCH_BYTES and \
         min(window, positions) <= MAX_WINDOW
 
 
