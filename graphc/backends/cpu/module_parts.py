@@ -150,10 +150,9 @@ def _part(its: list, home: dict, crossing: set, p: int) -> str:
                 out.append(it.text.replace("define internal ", "define ", 1))
             else:
                 out.append(it.text)
-        elif it.kind == "global" and p != 0 and not internal_constant(it.text):
-            out.append(global_declaration(it.text))
-        elif it.kind == "global" and p == 0 and not internal_constant(it.text):
-            out.append(it.text.replace(" = internal ", " = ", 1))
+        elif it.kind == "global" and not internal_constant(it.text):    # part 0's
+            out.append(it.text.replace(" = internal ", " = ", 1) if p == 0
+                       else global_declaration(it.text))
         else:
             out.append(it.text)
     return "\n".join(out)

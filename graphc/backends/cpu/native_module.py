@@ -75,7 +75,7 @@ class NativeModule:
                 parts = module_parts.split(self._whole) if self.parts > 1 else None
                 if parts is not None:    # a cache hit compiled in parts: the same parts
                     jobs = part_jobs(self._whole, parts, self.opt_level)
-            self._module = [build(job) for job in jobs]
+            self._module = [build(job, self.target_machine) for job in jobs]
         return self._module
 
     def assembly(self) -> str:
@@ -95,17 +95,18 @@ def part_jobs(llvm_ir: str, parts: list, opt_level: int) -> list:
 
 def compile_job(job) -> tuple:
     """(object code, optimized IR text) of one job (see build)."""
-    module = build(job)
-    text = str(module)
     from graphc_runtime.cpu import host_target_machine
-    return bytes(host_target_machine(job[2]).emit_object(module)), text
+    target_machine = host_target_machine(job[2])
+    module = build(job, target_machine)
+    return bytes(target_machine.emit_object(module)), str(module)
 
 
-def build(job):
+def build(job, target_machine):
     """The optimized llvmlite module of a job: ("whole", IR, opt level) links the own
     GEMM kernels it calls into it; ("part", IR, opt level) leaves them declared;
-    ("gemm", their names one a line, opt level) is those kernels alone."""
-    from graphc_runtime.cpu import host_features, host_target_machine, llvm
+    ("gemm", their names one a line, opt level) is those kernels alone; `target_machine`
+    is the host's at that level."""
+    from graphc_runtime.cpu import host_features, llvm
     b = llvm()
     kind, text, opt_level = job
     if kind == "gemm":
@@ -120,7 +121,6 @@ def build(job):
         module.verify()
     except RuntimeError as e:
         raise CompileError(f"generated LLVM IR is invalid: {e}") from None
-    target_machine = host_target_machine(opt_level)
     linked = scalef.link(module)
     llvm_features.optimize(module, target_machine, opt_level)
     if linked:
