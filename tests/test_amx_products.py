@@ -183,3 +183,38 @@ def test_wide_convolutions_run_on_tiles_and_narrow_ones_on_the_float32_kernels()
         assert ("tdpbf16ps" in exe.dump("asm")) == tiles
         got, want = exe(img).astype(np.float64), want.astype(np.float64)
         assert np.abs(got - want).max() <= np.abs(want).max() * 2.0 ** -7
+
+
+def test_a_product_without_heap_for_its_packed_copies_runs_unpacked():
+    """Where malloc returns NULL, the tile product reads its operands where they lie
+    (B here by its transpose's strides) and still matches the exact product: the tiles
+    never run, so this runs on any x86-64 CPU."""
+    import ctypes
+
+    import llvmlite.ir as ir
+    b = host.llvm()
+    if not b.get_process_triple().startswith("x86_64"):
+        pytest.skip("the tile code builds for x86-64 only")
+    module = ir.Module("amx_no_heap")
+    i8p = ir.PointerType(ir.IntType(8))
+    no_heap = ir.Function(module, ir.FunctionType(i8p, [ir.IntType(64)]), "no_heap")
+    ir.IRBuilder(no_heap.append_basic_block("entry")).ret(ir.Constant(i8p, None))
+    amx.build(module, allocator="no_heap").linkage = "external"
+    parsed = b.parse_assembly(str(module))
+    parsed.link_in(b.parse_assembly(amx.BLOCK_IR))
+    tm = b.Target.from_default_triple().create_target_machine(
+        cpu=b.get_host_cpu_name(), features=host.host_features() + ",+amx-tile,+amx-bf16",
+        opt=2)
+    from graphc.backends.llvm import features
+    features.optimize(parsed, tm, 2)
+    engine = b.create_mcjit_compiler(parsed, tm)
+    engine.finalize_object()
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    product = ctypes.CFUNCTYPE(None, i64, i64, i64, ptr, i64, i64, ptr, i64, i64, ptr, i64)(
+        engine.get_function_address(amx.NAME))
+    rng = np.random.default_rng(17)
+    a = rng.standard_normal((37, 50)).astype(BF16)
+    bt = rng.standard_normal((29, 50)).astype(BF16)        # B = bt.T, read by strides
+    c = np.full((37, 29), np.nan, BF16)
+    product(37, 29, 50, a.ctypes.data, 50, 1, bt.ctypes.data, 1, 50, c.ctypes.data, 29)
+    _close_to_exact(c, _exact(a, bt.T))
