@@ -13,6 +13,7 @@ from graphc_runtime.dims import Dim
 
 from ...kernels import index as ix
 from ...kernels import kernel as K
+from ...kernels.structure import structure
 from ...schedule.chaining import chain_block, follower_split
 from .control import ControlBuilder, ControlEntry
 from . import gemm, scalef
@@ -41,6 +42,8 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
         self.profile_index: dict = {}  # id(schedule entry) -> its kernel number there
         self.dims_slot = None         # the table slot of the symbols' values (i64[])
         self.shapes: dict = {}        # a kernel function's shape (shape_of) -> function
+        self.structures: dict = {}    # a kernel's structure key -> its function
+        self.check_structures = bool(os.environ.get("GRAPHC_CHECK_KERNEL_STRUCTURES"))
 
     def gemm(self, dtype: str):
         """void graphc_[sd]gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb,
@@ -118,6 +121,9 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
             for s in kernel.copy.stores:
                 buffers[s.buffer.id] = s.buffer
         bufs = sorted(buffers.values(), key=lambda b: b.id)
+        key = self._structure_key(kernel, bufs, aliased, split)
+        if key is not None and key in self.structures and not self.check_structures:
+            return self.structures[key], bufs
         params = [ir.PointerType(STORAGE[b.dtype]) for b in bufs] + [I64] * len(self.symbols)
         if split is not None:
             params += [I64, I64]
@@ -137,7 +143,39 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
             em.bounds[split.name] = (fn.args[-2], fn.args[-1])
         em.kernel(kernel)
         builder.ret_void()
-        return self._shared(fn), bufs
+        if key is None:
+            return self._shared(fn), bufs
+        if key in self.structures:                          # check_structures
+            self._check_structure(fn, self.structures[key])
+            del self.module.globals[fn.name]
+            return self.structures[key], bufs
+        self.structures[key] = fn
+        return fn, bufs
+
+    def _structure_key(self, kernel, bufs, aliased, split):
+        """What decides a kernel function's code (kernels/structure.py: the kernel with
+        its buffers as argument numbers; which of them may alias; the split variable):
+        a later kernel of the same key calls the first one's function, never emitted.
+        None where every kernel keeps its own function (as in _shared) and where the
+        kernel has no structure (its function is then compared by its code, _shared)."""
+        if self.profiling is not None or os.environ.get("GRAPHC_EXPORT_KERNELS"):
+            return None
+        positions = {b.id: k for k, b in enumerate(bufs)}
+        kern = structure(kernel, positions)
+        if kern is None:
+            return None
+        return (kern, tuple(b.id in aliased for b in bufs), structure(split, positions))
+
+    def _check_structure(self, fn, earlier) -> None:
+        """check_structures: a kernel whose key matched an earlier one's, emitted anyway,
+        must have that function's shape up to the kernels' names, which name its loops
+        (tests run models so; a key that misses something the emitter reads fails here,
+        not in a wrong result)."""
+        mine = self.shape_of(fn).replace(fn.name, "@K")
+        theirs = self.shape_of(earlier).replace(earlier.name, "@K")
+        if mine != theirs:
+            raise AssertionError(f"{fn.name} has the structure of {earlier.name} "
+                                 "but not its code")
 
     def _shared(self, fn):
         """An earlier kernel function of the same shape in place of fn, which is dropped
