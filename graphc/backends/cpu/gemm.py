@@ -30,8 +30,9 @@ import llvmlite.ir as ir
 
 from graphc_runtime.errors import CompileError
 
-from ..llvm.emitter import loop
-from ..llvm.types import COMPUTE, I64, VOID, _mangle
+from ..llvm.types import COMPUTE, I32, I64, VOID, _mangle
+from .gemm_nt import NT
+from .gemm_tiles import Tiles, chunks, for_steps
 
 PREFIX = "graphc_own_gemm_"
 
@@ -82,146 +83,12 @@ class GemmBuilder:
         width, mr, nv = shape(self.features, dtype)
         if form == "nnw" and nv > 2:
             raise CompileError("the windowed kernel's panels place two vectors at most")
-        {"nn": _NN, "nnw": _NN, "nt": _NT}[form](self, fn, ty, width, mr, nv,
-                                               form == "nnw").emit()
+        {"nn": _NN, "nnw": _NN, "nt": NT}[form](self, fn, ty, width, mr, nv,
+                                              form == "nnw").emit()
         return fn
 
 
-def _for(b: ir.IRBuilder, start, stop, step: int, body, name: str):
-    """for (i = start; i + step <= stop; i += step) body(i); returns the i it stopped at."""
-    size = ir.Constant(I64, step)
-    return loop(b, name, start, size, lambda i: b.icmp_signed("<=", b.add(i, size), stop),
-                body)[0]
-
-
-def _chunks(b: ir.IRBuilder, n, size, body, name: str) -> None:
-    """do { body(i, min(size, n - i)) } while ((i += size) < n): one copy of the body for
-    every chunk (the last one shorter), run once when n is 0. size: an int, or an i64
-    value >= 1 computed at run time."""
-    pre, loop = b.block, b.append_basic_block(f"{name}.body")
-    done = b.append_basic_block(f"{name}.done")
-    b.branch(loop)
-    b.position_at_end(loop)
-    i = b.phi(I64, name)
-    i.add_incoming(ir.Constant(I64, 0), pre)
-    left = b.sub(n, i)
-    step = ir.Constant(I64, size) if isinstance(size, int) else size
-    body(i, b.select(b.icmp_signed("<", left, step), left, step))
-    nxt = b.add(i, step)
-    i.add_incoming(nxt, b.block)
-    b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
-    b.position_at_end(done)
-
-
-class _Tiles:
-    """Shared parts of the two forms: tile dispatch over rows and columns."""
-
-    def __init__(self, gb: GemmBuilder, fn: ir.Function, ty, width: int, mr: int, nv: int,
-                 windowed: bool = False):
-        self.gb, self.fn, self.ty = gb, fn, ty
-        self.windowed = windowed
-        self.width, self.mr, self.nv = width, mr, nv
-        self.vty = ir.VectorType(ty, width)
-        self.align = 8 if ty == COMPUTE["float64"] else 4
-        self.fma_s = self._intrinsic("llvm.fma", ty)
-        self.fma_v = self._intrinsic("llvm.fma", self.vty)
-
-    def _intrinsic(self, name, ty):
-        vector = f"v{self.width}" if isinstance(ty, ir.VectorType) else ""
-        mangled = f"{name}.{vector}{_mangle(self.ty)}"
-        module = self.gb.module
-        if mangled in module.globals:
-            return module.globals[mangled]
-        return ir.Function(module, ir.FunctionType(ty, [ty, ty, ty]), mangled)
-
-    def tile_function(self, rows: int, cols: int) -> ir.Function:
-        """The kernel of one rows x cols tile (cols in vectors for nn, elements for nt):
-        f(A, a_row, a_col, B, ldb, C, ldc, K, more), `more` != 0 adding to C's values
-        (a later block of k) instead of starting from zero; windowed, K counts rows of
-        windows (k1) and three arguments follow: K2, the offsets and the distance of the
-        second vector's columns from the first's in B beyond the vector width (a
-        panel's columns may span two rows of the image)."""
-        name = f"{self.fn.name}_t{rows}x{cols}"
-        module = self.gb.module
-        if name in module.globals:
-            return module.globals[name]
-        p = ir.PointerType(self.ty)
-        extra = [I64, ir.PointerType(I64), I64] if self.windowed else []
-        fn = ir.Function(module, ir.FunctionType(VOID, [p, I64, I64, p, I64, p, I64, I64,
-                                                        I64] + extra), name)
-        fn.linkage = "internal"
-        fn.attributes.add("alwaysinline")
-        for i in (0, 3, 5):
-            fn.args[i].add_attribute("noalias")
-        b = ir.IRBuilder(fn.append_basic_block("entry"))
-        self.tile(b, rows, cols, *fn.args)
-        b.ret_void()
-        return fn
-
-    def rows_of(self, b, M, call_tile):
-        """Full MR-row tiles, then the M % MR rows left in tiles of MR/2, MR/4, ..., 1."""
-        i = _for(b, ir.Constant(I64, 0), M, self.mr, lambda i: call_tile(i, self.mr), "rows")
-        self.halves(b, i, M, self.mr, call_tile, "rows")
-
-    def halves(self, b, i, stop, full, call, name):
-        """From i up to stop (< full away), tiles of full/2, full/4, ..., 1 as they fit."""
-        size = full // 2
-        while size >= 1:
-            fits = b.icmp_signed("<=", b.add(i, ir.Constant(I64, size)), stop)
-            pre = b.block
-            with b.if_then(fits):
-                call(i, size)
-                moved = b.add(i, ir.Constant(I64, size))
-                inside = b.block
-            phi = b.phi(I64, f"{name}{size}")
-            phi.add_incoming(moved, inside)
-            phi.add_incoming(i, pre)
-            i, size = phi, size // 2
-
-    def each_k(self, b, K, ldb, window, body) -> None:
-        """body(k, row) for each term k of the sums in order, row the offset of B's row
-        k: k*ldb, or windowed (window = (K2, offsets), K counting k1) k1*ldb + offsets[k2]
-        with k = k1*K2 + k2, window offset by window offset (the inner loop then steps
-        through B by ldb like the plain form's)."""
-        if not window:
-            _for(b, ir.Constant(I64, 0), K, 1, lambda k: body(k, b.mul(k, ldb)), "k")
-            return
-        k2s, offsets = window
-
-        def outer(k2):                   # one window offset: B's rows ldb apart
-            base = b.load(b.gep(offsets, [k2]))
-            _for(b, ir.Constant(I64, 0), K, 1, lambda k1: body(
-                b.add(b.mul(k1, k2s), k2), b.add(base, b.mul(k1, ldb))), "k1")
-        _for(b, ir.Constant(I64, 0), k2s, 1, outer, "k2")
-
-    def ptr(self, b, base, offset):
-        return b.gep(base, [offset])
-
-    def vload(self, b, base, offset):
-        p = b.bitcast(self.ptr(b, base, offset), ir.PointerType(self.vty))
-        return b.load(p, align=self.align)
-
-    def vstore(self, b, value, base, offset):
-        p = b.bitcast(self.ptr(b, base, offset), ir.PointerType(self.vty))
-        b.store(value, p, align=self.align)
-
-    def splat(self, b, x):
-        v = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, ir.Constant(I64, 0))
-        return b.shuffle_vector(v, ir.Constant(self.vty, ir.Undefined),
-                                ir.Constant(ir.VectorType(ir.IntType(32), self.width),
-                                            [0] * self.width))
-
-    def zeros(self, b, count, ty):
-        accs = []
-        for _ in range(count):
-            slot = b.alloca(ty)
-            b.store(ir.Constant(ty, None) if isinstance(ty, ir.VectorType)
-                    else ir.Constant(ty, 0.0), slot)
-            accs.append(slot)
-        return accs
-
-
-class _NN(_Tiles):
+class _NN(Tiles):
     """B row-major: vectors along N, MR rows of A broadcast per k. A single row (a
     matrix-vector product, a column sum) takes panels of WIDE vectors: longer runs of
     each row of B, which the hardware prefetcher follows. When B spans more than a
@@ -281,14 +148,14 @@ class _NN(_Tiles):
                     self.single_row(b, *args)
                 with many:
                     # blocks of BLOCK rows: a block of A stays in L2 while B's panels pass
-                    _chunks(b, M, self.BLOCK, lambda i, rows: self.block(
+                    chunks(b, M, self.BLOCK, lambda i, rows: self.block(
                         b, rows, i, *args, pack, buf), "blocks")
 
         # once for K = 0 (C's zeros). Where one pass covers K its length is K itself,
         # not a min() with the pass: LLVM would unroll every tile's k loop for that bound
         # (4x the code and the compile time)
         single = b.icmp_signed("<=", K, per_pass)
-        _chunks(b, K, per_pass if window else self.DEPTH,
+        chunks(b, K, per_pass if window else self.DEPTH,
                 lambda k0, kb: depth(k0, b.select(single, K, kb)), "depth")
         b.ret_void()
 
@@ -326,22 +193,25 @@ class _NN(_Tiles):
                         for v in range(vectors):
                             x = self.vload(b, src, b.add(b.mul(k, ldb), c(v * self.width)))
                             self.vstore(b, x, buf, b.add(b.mul(k, c(panel)), c(v * self.width)))
-                    _for(b, c(0), K, 1, row, "pack")
+                    for_steps(b, c(0), K, 1, row, "pack")
                 src, ld = b.select(pack, buf, src), b.select(pack, c(panel), ldb)
 
             def call_tile(i, r):
-                b.call(self.tile_function(r, vectors), [
+                lanes = [b.sub(N, j)] if vectors == "masked" else []
+                b.call(self.tile_function(r, 1 if lanes else vectors, bool(lanes)), [
                     self.ptr(b, A, b.mul(i, ar)), ar, ac, src, ld,
                     self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K, more] +
-                    self.extra(b, j if vectors > 1 else None))
+                    self.extra(b, j if vectors not in (0, 1, "masked") else None) + lanes)
             self.rows_of(b, rows, call_tile)
 
-        j = _for(b, c(0), N, panel, lambda j: columns(j, self.nv), "panels")
+        j = for_steps(b, c(0), N, panel, lambda j: columns(j, self.nv), "panels")
         for vectors in range(self.nv - 1, 0, -1):    # what is left: narrower panels
-            j = _for(b, j, N, self.width * vectors, lambda j, v=vectors: columns(j, v),
+            j = for_steps(b, j, N, self.width * vectors, lambda j, v=vectors: columns(j, v),
                      f"panels{vectors}")
-        # the last < width columns: one column at a time (a tile of 0 vectors)
-        _for(b, j, N, 1, lambda j: columns(j, 0), "columns")
+        # the last < width columns: one vector, masked (a scalar column at a time
+        # took a third of a 7 x 7 image's product, 49 columns)
+        with b.if_then(b.icmp_signed("<", j, N)):
+            columns(j, "masked")
 
     def single_row(self, b, A, B, K, more):
         """C's one row: panels of WIDE vectors, then narrower ones, then columns."""
@@ -351,7 +221,7 @@ class _NN(_Tiles):
         for vectors in (self.nv, 1, 0) if self.windowed else (self.WIDE, self.nv, 1, 0):
             fn = self.tile_function(1, vectors)
             step = self.width * vectors or 1
-            j = _for(b, j, N, step, lambda j, fn=fn, v=vectors: b.call(fn, [
+            j = for_steps(b, j, N, step, lambda j, fn=fn, v=vectors: b.call(fn, [
                 A, ar, ac, self.ptr(b, B, self.column_at(b, j)), ldb, self.ptr(b, C, j),
                 ldc, K, more] + self.extra(b, j if v > 1 else None)), f"row{vectors}")
 
@@ -390,6 +260,45 @@ class _NN(_Tiles):
                             b.add(b.mul(ir.Constant(I64, r), ldc),
                                   ir.Constant(I64, v * self.width)))
 
+    def masked_tile(self, b, rows, _vectors, A, ar, ac, B, ldb, C, ldc, K, more, *rest):
+        """tile() of one vector whose first `lanes` (the last argument) columns are read
+        and written (masked loads and stores): each element of C summed as the scalar
+        column's, the same fused multiply-adds in the same order."""
+        *window, lanes = rest
+        window = window[:2]
+        w, i1 = self.width, ir.IntType(1)
+        iv = ir.VectorType(I64, w)
+        wide = b.insert_element(ir.Constant(iv, ir.Undefined), lanes, ir.Constant(I64, 0))
+        wide = b.shuffle_vector(wide, ir.Constant(iv, ir.Undefined),
+                                ir.Constant(ir.VectorType(ir.IntType(32), w), [0] * w))
+        mask = b.icmp_signed("<", ir.Constant(iv, list(range(w))), wide)
+        suffix = f"v{w}{_mangle(self.ty)}.p0"
+        vp, mty = ir.PointerType(self.vty), ir.VectorType(i1, w)
+        module = self.gb.module
+        load = module.globals.get(f"llvm.masked.load.{suffix}") or ir.Function(
+            module, ir.FunctionType(self.vty, [vp, I32, mty, self.vty]),
+            f"llvm.masked.load.{suffix}")
+        store = module.globals.get(f"llvm.masked.store.{suffix}") or ir.Function(
+            module, ir.FunctionType(VOID, [self.vty, vp, I32, mty]),
+            f"llvm.masked.store.{suffix}")
+        align, zero = ir.Constant(I32, self.align), ir.Constant(self.vty, None)
+        at = lambda base, offset: b.bitcast(self.ptr(b, base, offset), vp)  # noqa: E731
+        row_of = lambda r: b.mul(ir.Constant(I64, r), ldc)                   # noqa: E731
+        accs = self.zeros(b, rows, self.vty)
+        with b.if_then(b.icmp_signed("!=", more, ir.Constant(I64, 0))):
+            for r in range(rows):
+                b.store(b.call(load, [at(C, row_of(r)), align, mask, zero]), accs[r])
+
+        def step(k, row):
+            x = b.call(load, [at(B, row), align, mask, zero])
+            for r in range(rows):
+                a = b.load(self.ptr(b, A, b.add(b.mul(ir.Constant(I64, r), ar),
+                                                b.mul(k, ac))))
+                b.store(b.call(self.fma_v, [self.splat(b, a), x, b.load(accs[r])]), accs[r])
+        self.each_k(b, K, ldb, window, step)
+        for r in range(rows):
+            b.call(store, [b.load(accs[r]), at(C, row_of(r)), align, mask])
+
     def column(self, b, rows, A, ar, ac, B, ldb, C, ldc, K, more, window):
         accs = self.zeros(b, rows, self.ty)
         with b.if_then(b.icmp_signed("!=", more, ir.Constant(I64, 0))):
@@ -405,65 +314,3 @@ class _NN(_Tiles):
         self.each_k(b, K, ldb, window, step)
         for r in range(rows):
             b.store(b.load(accs[r]), self.ptr(b, C, b.mul(ir.Constant(I64, r), ldc)))
-
-
-class _NT(_Tiles):
-    """B transposed: each output a dot product along k (A's rows contiguous), tiles of
-    MR rows x COLS columns of C, lanes reduced at the end in a fixed tree order. K must
-    be a multiple of the vector width (own_form asks for a multiple of 16)."""
-
-    COLS = 4
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.mr = 4 if self.width * self.align >= 64 else 2     # 16 or 8 accumulators
-
-    def emit(self):
-        M, N, K, A, ar, ac, B, ldb, C, ldc = self.fn.args
-        b = ir.IRBuilder(self.fn.append_basic_block("entry"))
-
-        def columns(j, cols):
-            def call_tile(i, rows):
-                fn = self.tile_function(rows, cols)
-                b.call(fn, [self.ptr(b, A, b.mul(i, ar)), ar, ac,
-                            self.ptr(b, B, b.mul(j, ldb)), ldb,
-                            self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K,
-                            ir.Constant(I64, 0)])
-            self.rows_of(b, M, call_tile)
-
-        j = _for(b, ir.Constant(I64, 0), N, self.COLS, lambda j: columns(j, self.COLS),
-                 "panels")
-        self.halves(b, j, N, self.COLS, columns, "cols")
-        b.ret_void()
-
-    def tile(self, b, rows, cols, A, ar, ac, B, ldb, C, ldc, K, more):
-        w = self.width
-        accs = self.zeros(b, rows * cols, self.vty)
-
-        def step(k):
-            av = [self.vload(b, A, b.add(b.mul(ir.Constant(I64, r), ar), k))
-                  for r in range(rows)]
-            for c in range(cols):
-                bv = self.vload(b, B, b.add(b.mul(ir.Constant(I64, c), ldb), k))
-                for r in range(rows):
-                    slot = accs[r * cols + c]
-                    b.store(b.call(self.fma_v, [av[r], bv, b.load(slot)]), slot)
-        _for(b, ir.Constant(I64, 0), K, w, step, "k")       # K: a multiple of w
-        sums = [self.reduce(b, b.load(slot)) for slot in accs]
-        for r in range(rows):
-            for c in range(cols):
-                b.store(sums[r * cols + c],
-                        self.ptr(b, C, b.add(b.mul(ir.Constant(I64, r), ldc),
-                                             ir.Constant(I64, c))))
-
-    def reduce(self, b, v):
-        """Sum of the lanes: halves added pairwise (a fixed order)."""
-        n = self.width
-        while n > 1:
-            n //= 2
-            lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n),
-                                                    list(range(n))))
-            hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), n),
-                                                    list(range(n, 2 * n))))
-            v = b.fadd(lo, hi)
-        return b.extract_element(v, ir.Constant(I64, 0))

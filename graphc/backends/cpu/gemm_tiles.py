@@ -1,0 +1,151 @@
+"""What graphc's own GEMM kernels (gemm.py: nn, nnw; gemm_nt.py: nt) share: counted
+loops, chunks, and Tiles: a kernel's tile functions, the dispatch over row tiles and
+their tails, the k loop (plain or over a window's offsets) and vector helpers."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import llvmlite.ir as ir
+
+from ..llvm.emitter import loop
+from ..llvm.types import COMPUTE, I64, VOID, _mangle
+
+if TYPE_CHECKING:
+    from .gemm import GemmBuilder
+
+
+def for_steps(b: ir.IRBuilder, start, stop, step: int, body, name: str):
+    """for (i = start; i + step <= stop; i += step) body(i); returns the i it stopped at."""
+    size = ir.Constant(I64, step)
+    return loop(b, name, start, size, lambda i: b.icmp_signed("<=", b.add(i, size), stop),
+                body)[0]
+
+
+def chunks(b: ir.IRBuilder, n, size, body, name: str) -> None:
+    """do { body(i, min(size, n - i)) } while ((i += size) < n): one copy of the body for
+    every chunk (the last one shorter), run once when n is 0. size: an int, or an i64
+    value >= 1 computed at run time."""
+    pre, loop = b.block, b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(loop)
+    b.position_at_end(loop)
+    i = b.phi(I64, name)
+    i.add_incoming(ir.Constant(I64, 0), pre)
+    left = b.sub(n, i)
+    step = ir.Constant(I64, size) if isinstance(size, int) else size
+    body(i, b.select(b.icmp_signed("<", left, step), left, step))
+    nxt = b.add(i, step)
+    i.add_incoming(nxt, b.block)
+    b.cbranch(b.icmp_signed("<", nxt, n), loop, done)
+    b.position_at_end(done)
+
+
+class Tiles:
+    """Shared parts of the forms: tile dispatch over rows and columns (gb: the
+    GemmBuilder adding the kernel to its module)."""
+
+    def __init__(self, gb: "GemmBuilder", fn: ir.Function, ty, width: int, mr: int, nv: int,
+                 windowed: bool = False):
+        self.gb, self.fn, self.ty = gb, fn, ty
+        self.windowed = windowed
+        self.width, self.mr, self.nv = width, mr, nv
+        self.vty = ir.VectorType(ty, width)
+        self.align = 8 if ty == COMPUTE["float64"] else 4
+        self.fma_s = self._intrinsic("llvm.fma", ty)
+        self.fma_v = self._intrinsic("llvm.fma", self.vty)
+
+    def _intrinsic(self, name, ty):
+        vector = f"v{self.width}" if isinstance(ty, ir.VectorType) else ""
+        mangled = f"{name}.{vector}{_mangle(self.ty)}"
+        module = self.gb.module
+        if mangled in module.globals:
+            return module.globals[mangled]
+        return ir.Function(module, ir.FunctionType(ty, [ty, ty, ty]), mangled)
+
+    def tile_function(self, rows: int, cols: int, masked: bool = False) -> ir.Function:
+        """The kernel of one rows x cols tile (cols in vectors for nn, elements for nt):
+        f(A, a_row, a_col, B, ldb, C, ldc, K, more), `more` != 0 adding to C's values
+        (a later block of k) instead of starting from zero; windowed, K counts rows of
+        windows (k1) and three arguments follow: K2, the offsets and the distance of the
+        second vector's columns from the first's in B beyond the vector width (a
+        panel's columns may span two rows of the image). `masked` (nn): one vector of
+        which only the first `lanes` columns are read and written, an i64 after the
+        others (a row's last columns, fewer than a vector)."""
+        name = f"{self.fn.name}_t{rows}x{'m' if masked else cols}"
+        module = self.gb.module
+        if name in module.globals:
+            return module.globals[name]
+        p = ir.PointerType(self.ty)
+        extra = [I64, ir.PointerType(I64), I64] if self.windowed else []
+        fn = ir.Function(module, ir.FunctionType(VOID, [p, I64, I64, p, I64, p, I64, I64,
+                                                        I64] + extra + [I64] * masked), name)
+        fn.linkage = "internal"
+        fn.attributes.add("alwaysinline")
+        for i in (0, 3, 5):
+            fn.args[i].add_attribute("noalias")
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        (self.masked_tile if masked else self.tile)(b, rows, cols, *fn.args)
+        b.ret_void()
+        return fn
+
+    def rows_of(self, b, M, call_tile):
+        """Full MR-row tiles, then the M % MR rows left in tiles of MR/2, MR/4, ..., 1."""
+        i = for_steps(b, ir.Constant(I64, 0), M, self.mr, lambda i: call_tile(i, self.mr), "rows")
+        self.halves(b, i, M, self.mr, call_tile, "rows")
+
+    def halves(self, b, i, stop, full, call, name):
+        """From i up to stop (< full away), tiles of full/2, full/4, ..., 1 as they fit."""
+        size = full // 2
+        while size >= 1:
+            fits = b.icmp_signed("<=", b.add(i, ir.Constant(I64, size)), stop)
+            pre = b.block
+            with b.if_then(fits):
+                call(i, size)
+                moved = b.add(i, ir.Constant(I64, size))
+                inside = b.block
+            phi = b.phi(I64, f"{name}{size}")
+            phi.add_incoming(moved, inside)
+            phi.add_incoming(i, pre)
+            i, size = phi, size // 2
+
+    def each_k(self, b, K, ldb, window, body) -> None:
+        """body(k, row) for each term k of the sums in order, row the offset of B's row
+        k: k*ldb, or windowed (window = (K2, offsets), K counting k1) k1*ldb + offsets[k2]
+        with k = k1*K2 + k2, window offset by window offset (the inner loop then steps
+        through B by ldb like the plain form's)."""
+        if not window:
+            for_steps(b, ir.Constant(I64, 0), K, 1, lambda k: body(k, b.mul(k, ldb)), "k")
+            return
+        k2s, offsets = window
+
+        def outer(k2):                   # one window offset: B's rows ldb apart
+            base = b.load(b.gep(offsets, [k2]))
+            for_steps(b, ir.Constant(I64, 0), K, 1, lambda k1: body(
+                b.add(b.mul(k1, k2s), k2), b.add(base, b.mul(k1, ldb))), "k1")
+        for_steps(b, ir.Constant(I64, 0), k2s, 1, outer, "k2")
+
+    def ptr(self, b, base, offset):
+        return b.gep(base, [offset])
+
+    def vload(self, b, base, offset):
+        p = b.bitcast(self.ptr(b, base, offset), ir.PointerType(self.vty))
+        return b.load(p, align=self.align)
+
+    def vstore(self, b, value, base, offset):
+        p = b.bitcast(self.ptr(b, base, offset), ir.PointerType(self.vty))
+        b.store(value, p, align=self.align)
+
+    def splat(self, b, x):
+        v = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, ir.Constant(I64, 0))
+        return b.shuffle_vector(v, ir.Constant(self.vty, ir.Undefined),
+                                ir.Constant(ir.VectorType(ir.IntType(32), self.width),
+                                            [0] * self.width))
+
+    def zeros(self, b, count, ty):
+        accs = []
+        for _ in range(count):
+            slot = b.alloca(ty)
+            b.store(ir.Constant(ty, None) if isinstance(ty, ir.VectorType)
+                    else ir.Constant(ty, 0.0), slot)
+            accs.append(slot)
+        return accs
