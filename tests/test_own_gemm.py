@@ -117,7 +117,8 @@ def test_where_the_own_kernels_are_chosen():
     plan = lambda M, N, K, ta=111, tb=111: {"M": M, "N": N, "K": K, "trans_a": ta,
                                             "trans_b": tb}
     assert own_form(plan(32, 1024, 256)) == "nn"
-    assert own_form(plan(2048, 1024, 256)) is None       # OpenBLAS's packed kernels
+    assert own_form(plan(2048, 1024, 1024)) is None      # OpenBLAS's packed kernels
+    assert own_form(plan(2048, 1024, 512)) == "nn"       # short sums: any size
     assert own_form(plan(2048, 64, 256)) == "nn"         # few columns, many rows
     assert own_form(plan(1, 1024, 2048)) == "nn"         # a matrix-vector product
     assert own_form(plan(2, 1024, 256)) is None

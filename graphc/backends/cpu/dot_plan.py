@@ -13,6 +13,7 @@ from ...kernels import kernel as K
 
 BLAS_MIN_FLOPS = 1 << 15
 SCRATCH_BYTES = 512 << 10      # largest per-batch-index product kept in a scratch
+SHORT_SUMS = 512               # terms a sum up to which the own nn kernel takes any size
 
 
 def blas_plan(k: "K.DotKernel"):
@@ -145,12 +146,14 @@ def window_plan(k: "K.DotKernel", ms, ns, ks):
 
 def own_form(plan) -> str | None:
     """'nn' or 'nt' where graphc's own kernels (gemm.py) beat OpenBLAS, else None: the
-    nn form up to 128 rows of C, for one row (a matrix-vector product, a column sum) and
-    up to 256 columns whatever the rows; with more of both OpenBLAS keeps them. The nt
-    form up to 64 rows. (Measured: docs/performance.md.)"""
+    nn form up to 128 rows of C, for one row (a matrix-vector product, a column sum), up
+    to 256 columns whatever the rows, and up to 512 terms a sum whatever the size (a
+    CNN's pointwise convolutions: OpenBLAS's packing weighs on short sums); with more of
+    all three OpenBLAS keeps them. The nt form up to 64 rows. (Measured:
+    docs/performance.md.)"""
     M, N, Kd = (hint(plan[d]) for d in "MNK")
-    if plan["trans_b"] == 111 and (4 <= M <= 128 or M == 1 or M >= 4 and N <= 256) and \
-            N >= 32:
+    many = M >= 4 and (N <= 256 or Kd <= SHORT_SUMS)
+    if plan["trans_b"] == 111 and (4 <= M <= 128 or M == 1 or many) and N >= 32:
         return "nn"
     if plan["trans_b"] == 112 and plan["trans_a"] == 111 and M <= 64 and N >= 4 and \
             isinstance(plan["K"], int) and 64 <= Kd <= 4096 and Kd % 16 == 0:
