@@ -9,7 +9,8 @@ from graphc.backends.cpu import amx, gemm_ir
 from graphc_runtime import host
 from graphc_runtime.errors import CompileError
 
-BF16 = gc.ir.dtypes.to_numpy("bfloat16")
+from bf16_checks import (BF16, PRODUCT_CASES, close_to_exact, compiled_product_matches, exact,
+                         jit_product, same_bits_for_any_thread_count, unpacked_without_heap)
 
 
 def _tiles_here() -> bool:
@@ -54,41 +55,10 @@ def test_code_with_tiles_is_refused_where_the_process_may_not_use_them(monkeypat
     host.grant_amx(b"object code without tiles")     # nothing asked, nothing raised
 
 
-def _exact(a, b):
-    """The product in float64 rounded to bfloat16 once (through float32: the same
-    rounding for every value here)."""
-    return np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(np.float32) \
-        .astype(BF16)
-
-
-def _close_to_exact(got, want):
-    """Within one bfloat16 step of the exactly rounded product, scaled to the largest
-    term (the float32 sums run in another order than float64's)."""
-    g, w = got.astype(np.float64), want.astype(np.float64)
-    scale = np.abs(w).max()
-    assert np.abs(g - w).max() <= scale * 2.0 ** -8
-    assert np.mean(g != w) < 0.01               # nearly all equal to the exact rounding
-
-
 @needs_tiles
-@pytest.mark.parametrize("m,k,n,form", [
-    (64, 64, 64, "nn"), (100, 77, 300, "nt"), (1, 512, 96, "nn"), (33, 65, 47, "tn"),
-    (3, 4, 5, "nn"), (200, 1000, 40, "nt")])
+@pytest.mark.parametrize("m,k,n,form", PRODUCT_CASES)
 def test_products_on_tiles_match_the_exact_product(m, k, n, form):
-    rng = np.random.default_rng(m * k + n)
-    a = rng.standard_normal((k, m) if form == "tn" else (m, k)).astype(BF16)
-    b = rng.standard_normal((n, k) if form == "nt" else (k, n)).astype(BF16)
-    with gc.Graph():
-        x = gc.placeholder(a.shape, "bfloat16", name="x")
-        y = gc.placeholder(b.shape, "bfloat16", name="y")
-        lhs = gc.transpose(x) if form == "tn" else x
-        rhs = gc.transpose(y) if form == "nt" else y
-        exe = gc.compile(lhs @ rhs)
-    got = exe(a, b)
-    assert got.dtype == BF16
-    a2 = a.T if form == "tn" else a
-    b2 = b.T if form == "nt" else b
-    _close_to_exact(got, _exact(a2, b2))
+    exe = compiled_product_matches(m, k, n, form)
     if m * n * k >= 1 << 14:              # the tiles ran it (small ones: a loop nest)
         assert amx.NAME in exe.dump("llvm")
         assert "tdpbf16ps" in exe.dump("asm")
@@ -104,22 +74,13 @@ def test_batched_products_and_a_product_with_itself():
         y = gc.placeholder(b.shape, "bfloat16", name="y")
         exe = gc.compile({"xy": x @ y, "xx": x @ gc.transpose(x, (0, 2, 1))})
     got = exe(x=a, y=b)
-    _close_to_exact(got["xy"], _exact(a, b))
-    _close_to_exact(got["xx"], _exact(a, np.swapaxes(a, 1, 2)))
+    close_to_exact(got["xy"], exact(a, b))
+    close_to_exact(got["xx"], exact(a, np.swapaxes(a, 1, 2)))
 
 
 @needs_tiles
 def test_results_do_not_depend_on_the_thread_count():
-    rng = np.random.default_rng(7)
-    a = rng.standard_normal((300, 256)).astype(BF16)
-    b = rng.standard_normal((256, 520)).astype(BF16)
-    outs = []
-    for threads in (1, 2, 3):
-        with gc.Graph():
-            x = gc.placeholder(a.shape, "bfloat16", name="x")
-            y = gc.placeholder(b.shape, "bfloat16", name="y")
-            outs.append(gc.compile(gc.relu(x @ y), num_threads=threads)(a, b))
-    assert all(np.array_equal(o.view(np.uint16), outs[0].view(np.uint16)) for o in outs)
+    same_bits_for_any_thread_count()
 
 
 @needs_tiles
@@ -189,32 +150,8 @@ def test_a_product_without_heap_for_its_packed_copies_runs_unpacked():
     """Where malloc returns NULL, the tile product reads its operands where they lie
     (B here by its transpose's strides) and still matches the exact product: the tiles
     never run, so this runs on any x86-64 CPU."""
-    import ctypes
-
-    import llvmlite.ir as ir
-    b = host.llvm()
-    if not b.get_process_triple().startswith("x86_64"):
+    if not host.llvm().get_process_triple().startswith("x86_64"):
         pytest.skip("the tile code builds for x86-64 only")
-    module = ir.Module("amx_no_heap")
-    i8p = ir.PointerType(ir.IntType(8))
-    no_heap = ir.Function(module, ir.FunctionType(i8p, [ir.IntType(64)]), "no_heap")
-    ir.IRBuilder(no_heap.append_basic_block("entry")).ret(ir.Constant(i8p, None))
-    amx.build(module, allocator="no_heap").linkage = "external"
-    parsed = b.parse_assembly(str(module))
-    parsed.link_in(b.parse_assembly(amx.BLOCK_IR))
-    tm = b.Target.from_default_triple().create_target_machine(
-        cpu=b.get_host_cpu_name(), features=host.host_features() + ",+amx-tile,+amx-bf16",
-        opt=2)
-    from graphc.backends.llvm import features
-    features.optimize(parsed, tm, 2)
-    engine = b.create_mcjit_compiler(parsed, tm)
-    engine.finalize_object()
-    i64, ptr = ctypes.c_int64, ctypes.c_void_p
-    product = ctypes.CFUNCTYPE(None, i64, i64, i64, ptr, i64, i64, ptr, i64, i64, ptr, i64)(
-        engine.get_function_address(amx.NAME))
-    rng = np.random.default_rng(17)
-    a = rng.standard_normal((37, 50)).astype(BF16)
-    bt = rng.standard_normal((29, 50)).astype(BF16)        # B = bt.T, read by strides
-    c = np.full((37, 29), np.nan, BF16)
-    product(37, 29, 50, a.ctypes.data, 50, 1, bt.ctypes.data, 1, 50, c.ctypes.data, 29)
-    _close_to_exact(c, _exact(a, bt.T))
+    product, _keep = jit_product(amx.build, amx.NAME, "+amx-tile,+amx-bf16", "no_heap",
+                                 amx.BLOCK_IR)
+    unpacked_without_heap(product)

@@ -1,8 +1,8 @@
 """Products and convolutions of bfloat16 / float16 operands run on the float32 kernels
 (passes/low_precision_products.py): the reference's arithmetic (float32, one rounding),
 the same kernels as float32 (BLAS, own GEMM), and their gradients. (Where the host has
-AMX tiles, bfloat16 products run on them instead: tests/test_amx_products.py; here they
-are turned off.)"""
+AMX tiles or AVX512-BF16, bfloat16 products run on them instead:
+tests/test_amx_products.py, tests/test_bf16_pairs.py; here they are turned off.)"""
 import re
 
 import numpy as np
@@ -20,6 +20,7 @@ def _storage(dtype):
 def test_products_match_the_reference_on_the_float32_kernels(dtype, m, k, n, monkeypatch):
     from graphc_runtime import host
     monkeypatch.setattr(host, "_amx", False)
+    monkeypatch.setenv("GRAPHC_BF16_PAIRS", "0")
     rng = np.random.default_rng(m + n)
     a = rng.standard_normal((m, k)).astype(_storage(dtype))
     b = rng.standard_normal((k, n)).astype(_storage(dtype))

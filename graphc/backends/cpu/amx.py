@@ -172,33 +172,55 @@ def _unpacked_product(b: ir.IRBuilder, args, acc) -> None:
          lambda i: loop(b, "uj", c(0), c(1), less(N), lambda j: element(i, j)))
 
 
+def product_function(module: ir.Module, name: str):
+    """(a product function of signature() named `name`, A, B and C noalias; a builder at
+    its entry; a float32 slot in the entry block for _unpacked_product)."""
+    fn = ir.Function(module, signature(), name)
+    for arg in (fn.args[3], fn.args[6], fn.args[9]):
+        arg.add_attribute("noalias")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    return fn, b, b.alloca(ir.FloatType(), name="acc")
+
+
+def packed_scratch(b: ir.IRBuilder, fn: ir.Function, size, allocator: str, acc, ty):
+    """(the heap block, its first 64-byte aligned address as a `ty` pointer) for the
+    packed copies, `size` bytes from `allocator`; where it returns NULL the product runs
+    unpacked (_unpacked_product) and the function returns."""
+    i8p = ir.PointerType(I8)
+    module = fn.module
+    malloc = module.globals.get(allocator) or \
+        ir.Function(module, ir.FunctionType(i8p, [I64]), allocator)
+    raw = b.call(malloc, [b.add(size, ir.Constant(I64, 64))])
+    with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(i8p, None)), likely=False):
+        _unpacked_product(b, fn.args, acc)      # no memory for the packed copies
+        b.ret_void()
+    aligned = b.and_(b.add(b.ptrtoint(raw, I64), ir.Constant(I64, 63)), ir.Constant(I64, -64))
+    return raw, b.inttoptr(aligned, ir.PointerType(ty))
+
+
+def free_scratch(b: ir.IRBuilder, raw) -> None:
+    module = b.function.module
+    i8p = ir.PointerType(I8)
+    free = module.globals.get("free") or \
+        ir.Function(module, ir.FunctionType(VOID, [i8p]), "free")
+    b.call(free, [raw])
+
+
 def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
     """The product function's body (the driver: packing, blocks, rounding); the block
     kernel is BLOCK_IR, linked in beside it. The packed copies' scratch comes from
     `allocator` (malloc; a test names one that fails); where it returns NULL the product
     runs unpacked (_unpacked_product)."""
-    fn = ir.Function(module, signature(), NAME)
+    fn, b, acc = product_function(module, NAME)
     i8p = ir.PointerType(I8)
     block = ir.Function(module, ir.FunctionType(VOID, [i8p, I64, i8p, i8p, I64, I64]), BLOCK)
-    malloc = module.globals.get(allocator) or \
-        ir.Function(module, ir.FunctionType(i8p, [I64]), allocator)
-    free = ir.Function(module, ir.FunctionType(VOID, [i8p]), "free")
     M, N, Kd, A, a_row, a_col, B, b_row, b_col, C, ldc = fn.args
-    for arg in (A, B, C):
-        arg.add_attribute("noalias")
-    b = ir.IRBuilder(fn.append_basic_block("entry"))
-    acc = b.alloca(ir.FloatType(), name="acc")
     c = lambda v: ir.Constant(I64, v)
     up = lambda n: b.and_(b.add(n, c(TILE - 1)), c(-TILE))
     Mp, Kp, Np = up(M), up(Kd), up(N)
     a_elems, b_elems = b.mul(Mp, Kp), b.mul(Kp, Np)
-    size = b.add(b.add(b.mul(b.add(a_elems, b_elems), c(2)), b.mul(Mp, c(TILE * 4))), c(64))
-    raw = b.call(malloc, [size])
-    with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(i8p, None)), likely=False):
-        _unpacked_product(b, fn.args, acc)      # no memory for the packed copies
-        b.ret_void()
-    base = b.inttoptr(b.and_(b.add(b.ptrtoint(raw, I64), c(63)), c(-64)),
-                      ir.PointerType(I16))
+    size = b.add(b.mul(b.add(a_elems, b_elems), c(2)), b.mul(Mp, c(TILE * 4)))
+    raw, base = packed_scratch(b, fn, size, allocator, acc, I16)
     Ap = base
     Bp = b.gep(base, [a_elems])
     Cs = b.bitcast(b.gep(Bp, [b_elems]), ir.PointerType(ir.FloatType()))
@@ -272,7 +294,7 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
             loop(b, "cj", c(0), one, less(cols), elem)
         loop(b, "cr", c(0), one, less(M), out_row)
     loop(b, "nj", c(0), c(TILE), less(N), panel)
-    b.call(free, [raw])
+    free_scratch(b, raw)
     b.ret_void()
     return fn
 

@@ -22,8 +22,7 @@ from ...passes.conv_to_gemm import conv_to_gemm
 from ...passes.low_precision_products import low_precision_products
 from ...schedule.policy import SchedulePolicy
 from ..backend import Backend, Build, Built
-from . import amx
-from .dot_plan import scratch_buffers
+from .dot_plan import native_bf16, scratch_buffers
 from .parallel import layout_split
 
 
@@ -67,7 +66,7 @@ class CpuBackend(Backend):
         return n
 
     def lowering_passes(self) -> list:
-        tiles = amx.usable(host_features())      # bfloat16 products on AMX: kept
+        tiles = native_bf16(host_features()) is not None   # bfloat16 products: kept
         return [("low_precision_products", lambda p: low_precision_products(p, tiles)),
                 ("conv_to_gemm", conv_to_gemm), ("canonicalize_dots", canonicalize_dots),
                 ("column_sums", column_sums)]

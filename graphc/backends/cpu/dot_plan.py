@@ -22,8 +22,8 @@ def blas_plan(k: "K.DotKernel"):
     if isinstance(k, K.WinogradKernel):
         from .winograd import winograd_plan
         return winograd_plan(k)
-    tiles = bf16_tiles(k)
-    if not tiles and (k.out.dtype not in ("float32", "float64") or
+    native = bf16_form(k)
+    if not native and (k.out.dtype not in ("float32", "float64") or
                       k.acc_dtype != k.out.dtype):
         return None
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
@@ -65,21 +65,29 @@ def blas_plan(k: "K.DotKernel"):
         if [(n, la[n]) for n in la if n in names] != [(n, lb[n]) for n in lb if n in names]:
             return None
         plan["batch_coefs"][k.lhs.buffer.id] = [(n, la[n]) for n in la if n in names]
-    plan["own"] = "amx" if tiles else own_form(plan)
+    plan["own"] = native or own_form(plan)
     if plan["own"] is None and not blas.available():
         return None
     return plan
 
 
-def bf16_tiles(k: "K.DotKernel") -> bool:
-    """Whether this product of bfloat16 operands (float32 sums, a bfloat16 result) runs
-    on the CPU's AMX tiles (amx.py): where this process may use them."""
+def bf16_form(k: "K.DotKernel") -> str | None:
+    """How this product of bfloat16 operands (float32 sums, a bfloat16 result) runs in
+    bfloat16: 'amx' on the CPU's AMX tiles (amx.py) where this process may use them,
+    'dpbf16' on AVX512-BF16's pair products (bf16_pairs.py) where the CPU has them; else
+    None (float32 kernels over widened operands, passes/low_precision_products.py)."""
     if k.out.dtype != "bfloat16" or k.acc_dtype != "float32" or \
             isinstance(k, K.WinogradKernel):
-        return False
+        return None
     from graphc_runtime.host import host_features
-    from .amx import usable
-    return usable(host_features())
+    return native_bf16(host_features())
+
+
+def native_bf16(features: str) -> str | None:
+    """The CPU's own bfloat16 product form: 'amx', 'dpbf16' or None."""
+    from . import amx, bf16_pairs
+    return "amx" if amx.usable(features) else \
+        "dpbf16" if bf16_pairs.usable(features) else None
 
 
 def _strided(operand, dtype):
