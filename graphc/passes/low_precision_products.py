@@ -33,11 +33,13 @@ def _tiles_pay(conv) -> bool:
         sym.hint(w.shape[0]) >= TILE_MIN_CHANNELS
 
 
-def low_precision_products(program: Program, bf16_tiles: bool = False) -> Program:
+def low_precision_products(program: Program, bf16_native: bool = False) -> Program:
+    """bf16_native: the CPU multiplies bfloat16 itself (AMX tiles or AVX512-BF16 pair
+    products): bfloat16 products stay, and convolutions where _tiles_pay."""
     def rewrite(builder, node, inputs):
         if node.op not in PRODUCTS or node.dtype not in STORAGE_ONLY:
             return None
-        if bf16_tiles and node.dtype == "bfloat16" and (
+        if bf16_native and node.dtype == "bfloat16" and (
                 node.op == "dot_general" or _tiles_pay(node)):
             return None
         wide = tuple(x if x.dtype == "float32" else

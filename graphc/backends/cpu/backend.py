@@ -66,8 +66,8 @@ class CpuBackend(Backend):
         return n
 
     def lowering_passes(self) -> list:
-        tiles = native_bf16(host_features()) is not None   # bfloat16 products: kept
-        return [("low_precision_products", lambda p: low_precision_products(p, tiles)),
+        native = native_bf16(host_features()) is not None   # bfloat16 products: kept
+        return [("low_precision_products", lambda p: low_precision_products(p, native)),
                 ("conv_to_gemm", conv_to_gemm), ("canonicalize_dots", canonicalize_dots),
                 ("column_sums", column_sums)]
 

@@ -26,6 +26,7 @@ from ..llvm.emitter import loop
 from ..llvm.types import I32, I64
 from ..llvm.values import f32_to_bf16
 from . import amx
+from .gemm_tiles import splat
 
 NAME = "graphc_own_gemm_dpbf16_bfloat16"
 MR = 8                       # rows of C a tile keeps in registers
@@ -69,14 +70,15 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
     raw, base = amx.packed_scratch(b, fn, size, allocator, acc, I32)
     Ap, Bp = base, b.gep(base, [a_words])
 
-    def pair(src, inside, first, second):
-        """The 32-bit word of two bfloat16 values (zeros where not `inside`)."""
+    def pair(src, inside, ks, index_of):
+        """The 32-bit word of src's bfloat16 values at index_of(k) for the two k of ks
+        (zero where not `inside` or k >= K)."""
         def word(ok, at):
             raw16 = b.load(b.gep(src, [b.select(ok, at, c(0))]))
             return b.select(ok, b.zext(raw16, I32), ir.Constant(I32, 0))
-        k0, k1 = first
-        lo = word(b.and_(inside, b.icmp_signed("<", k0, Kd)), second(k0))
-        hi = word(b.and_(inside, b.icmp_signed("<", k1, Kd)), second(k1))
+        k0, k1 = ks
+        lo = word(b.and_(inside, b.icmp_signed("<", k0, Kd)), index_of(k0))
+        hi = word(b.and_(inside, b.icmp_signed("<", k1, Kd)), index_of(k1))
         return b.or_(lo, b.shl(hi, ir.Constant(I32, 16)))
 
     def pack_a(i):
@@ -102,11 +104,6 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
         loop(b, "bk", c(0), c(1), less(P), pair_row)
     loop(b, "bp", c(0), c(LANES), less(Np), pack_b)
 
-    def splat(word):
-        v = b.insert_element(ir.Constant(vi, ir.Undefined), word, ir.Constant(I32, 0))
-        return b.shuffle_vector(v, ir.Constant(vi, ir.Undefined),
-                                ir.Constant(ir.VectorType(I32, LANES), [0] * LANES))
-
     def tile(j0, i0):
         for s in sums:
             b.store(ir.Constant(vf, None), s)
@@ -117,7 +114,8 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
             vs = [b.load(b.bitcast(b.gep(q, [at]), ir.PointerType(vi)), align=64)
                   for q in panels]
             for r in range(MR):
-                a = splat(b.load(b.gep(Ap, [b.add(b.mul(b.add(i0, c(r)), P), p)])))
+                word = b.load(b.gep(Ap, [b.add(b.mul(b.add(i0, c(r)), P), p)]))
+                a = splat(b, word, vi)
                 for v in range(2):
                     s = sums[r * 2 + v]
                     b.store(b.call(dot, [b.load(s), a, vs[v]]), s)

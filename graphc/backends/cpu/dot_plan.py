@@ -83,11 +83,19 @@ def bf16_form(k: "K.DotKernel") -> str | None:
     return native_bf16(host_features())
 
 
-def native_bf16(features: str) -> str | None:
-    """The CPU's own bfloat16 product form: 'amx', 'dpbf16' or None."""
+BF16_FORMS = ("amx", "dpbf16")    # bfloat16 products, first choice first
+
+
+def bf16_kernel(form: str):
+    """The module of a bfloat16 product form (amx.py, bf16_pairs.py): its usable(),
+    declare() and build()."""
     from . import amx, bf16_pairs
-    return "amx" if amx.usable(features) else \
-        "dpbf16" if bf16_pairs.usable(features) else None
+    return {"amx": amx, "dpbf16": bf16_pairs}[form]
+
+
+def native_bf16(features: str) -> str | None:
+    """The CPU's own bfloat16 product form (one of BF16_FORMS), or None."""
+    return next((f for f in BF16_FORMS if bf16_kernel(f).usable(features)), None)
 
 
 def _strided(operand, dtype):

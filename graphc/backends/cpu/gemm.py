@@ -32,7 +32,7 @@ from graphc_runtime.errors import CompileError
 
 from ..llvm.types import COMPUTE, I32, I64, VOID, _mangle
 from .gemm_nt import NT
-from .gemm_tiles import Tiles, chunks, for_steps
+from .gemm_tiles import Tiles, chunks, for_steps, splat
 
 PREFIX = "graphc_own_gemm_"
 
@@ -225,7 +225,10 @@ class _NN(Tiles):
                 A, ar, ac, self.ptr(b, B, self.column_at(b, j)), ldb, self.ptr(b, C, j),
                 ldc, K, more] + self.extra(b, j if v > 1 else None)), f"row{vectors}")
 
-    def tile(self, b, rows, vectors, A, ar, ac, B, ldb, C, ldc, K, more, *window):
+    def tile(self, b, rows, vectors, A, ar, ac, B, ldb, C, ldc, K, more, *window, io=None):
+        """rows x vectors of C (vectors of 0: one column, column()); io: (load, store)
+        in place of vload and vstore (masked_io)."""
+        vload, vstore = io or (self.vload, self.vstore)
         gap = ir.Constant(I64, 0)
         if window:
             *window, gap = window
@@ -235,7 +238,7 @@ class _NN(Tiles):
         with b.if_then(b.icmp_signed("!=", more, ir.Constant(I64, 0))):
             for r in range(rows):
                 for v in range(vectors):
-                    b.store(self.vload(b, C, b.add(b.mul(ir.Constant(I64, r), ldc),
+                    b.store(vload(b, C, b.add(b.mul(ir.Constant(I64, r), ldc),
                                                    ir.Constant(I64, v * self.width))),
                             accs[r * vectors + v])
 
@@ -245,7 +248,7 @@ class _NN(Tiles):
                                       for v in range(1, vectors)]
 
         def step(k, row):
-            bv = [self.vload(b, B, b.add(row, at[v])) for v in range(vectors)]
+            bv = [vload(b, B, b.add(row, at[v])) for v in range(vectors)]
             for r in range(rows):
                 a = b.load(self.ptr(b, A, b.add(b.mul(ir.Constant(I64, r), ar),
                                                 b.mul(k, ac))))
@@ -256,48 +259,40 @@ class _NN(Tiles):
         self.each_k(b, K, ldb, window, step)
         for r in range(rows):
             for v in range(vectors):
-                self.vstore(b, b.load(accs[r * vectors + v]), C,
+                vstore(b, b.load(accs[r * vectors + v]), C,
                             b.add(b.mul(ir.Constant(I64, r), ldc),
                                   ir.Constant(I64, v * self.width)))
 
-    def masked_tile(self, b, rows, _vectors, A, ar, ac, B, ldb, C, ldc, K, more, *rest):
+    def masked_tile(self, b, rows, _vectors, *args):
         """tile() of one vector whose first `lanes` (the last argument) columns are read
-        and written (masked loads and stores): each element of C summed as the scalar
+        and written, by masked loads and stores: each element of C summed as the scalar
         column's, the same fused multiply-adds in the same order."""
-        *window, lanes = rest
-        window = window[:2]
-        w, i1 = self.width, ir.IntType(1)
+        *args, lanes = args
+        self.tile(b, rows, 1, *args, io=self.masked_io(b, lanes))
+
+    def masked_io(self, b, lanes):
+        """(load, store) like vload and vstore, of the first `lanes` lanes only."""
+        w = self.width
         iv = ir.VectorType(I64, w)
-        wide = b.insert_element(ir.Constant(iv, ir.Undefined), lanes, ir.Constant(I64, 0))
-        wide = b.shuffle_vector(wide, ir.Constant(iv, ir.Undefined),
-                                ir.Constant(ir.VectorType(ir.IntType(32), w), [0] * w))
-        mask = b.icmp_signed("<", ir.Constant(iv, list(range(w))), wide)
+        mask = b.icmp_signed("<", ir.Constant(iv, list(range(w))), splat(b, lanes, iv))
         suffix = f"v{w}{_mangle(self.ty)}.p0"
-        vp, mty = ir.PointerType(self.vty), ir.VectorType(i1, w)
+        vp, mty = ir.PointerType(self.vty), ir.VectorType(ir.IntType(1), w)
         module = self.gb.module
-        load = module.globals.get(f"llvm.masked.load.{suffix}") or ir.Function(
+        masked_load = module.globals.get(f"llvm.masked.load.{suffix}") or ir.Function(
             module, ir.FunctionType(self.vty, [vp, I32, mty, self.vty]),
             f"llvm.masked.load.{suffix}")
-        store = module.globals.get(f"llvm.masked.store.{suffix}") or ir.Function(
+        masked_store = module.globals.get(f"llvm.masked.store.{suffix}") or ir.Function(
             module, ir.FunctionType(VOID, [self.vty, vp, I32, mty]),
             f"llvm.masked.store.{suffix}")
         align, zero = ir.Constant(I32, self.align), ir.Constant(self.vty, None)
-        at = lambda base, offset: b.bitcast(self.ptr(b, base, offset), vp)  # noqa: E731
-        row_of = lambda r: b.mul(ir.Constant(I64, r), ldc)                   # noqa: E731
-        accs = self.zeros(b, rows, self.vty)
-        with b.if_then(b.icmp_signed("!=", more, ir.Constant(I64, 0))):
-            for r in range(rows):
-                b.store(b.call(load, [at(C, row_of(r)), align, mask, zero]), accs[r])
+        at = lambda b, base, offset: b.bitcast(self.ptr(b, base, offset), vp)  # noqa: E731
 
-        def step(k, row):
-            x = b.call(load, [at(B, row), align, mask, zero])
-            for r in range(rows):
-                a = b.load(self.ptr(b, A, b.add(b.mul(ir.Constant(I64, r), ar),
-                                                b.mul(k, ac))))
-                b.store(b.call(self.fma_v, [self.splat(b, a), x, b.load(accs[r])]), accs[r])
-        self.each_k(b, K, ldb, window, step)
-        for r in range(rows):
-            b.call(store, [b.load(accs[r]), at(C, row_of(r)), align, mask])
+        def load(b, base, offset):
+            return b.call(masked_load, [at(b, base, offset), align, mask, zero])
+
+        def store(b, value, base, offset):
+            b.call(masked_store, [value, at(b, base, offset), align, mask])
+        return load, store
 
     def column(self, b, rows, A, ar, ac, B, ldb, C, ldc, K, more, window):
         accs = self.zeros(b, rows, self.ty)

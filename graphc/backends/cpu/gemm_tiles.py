@@ -40,6 +40,14 @@ def chunks(b: ir.IRBuilder, n, size, body, name: str) -> None:
     b.position_at_end(done)
 
 
+def splat(b: ir.IRBuilder, x, vty: ir.VectorType):
+    """x in every lane of a vector of type vty."""
+    v = b.insert_element(ir.Constant(vty, ir.Undefined), x, ir.Constant(I64, 0))
+    return b.shuffle_vector(v, ir.Constant(vty, ir.Undefined),
+                            ir.Constant(ir.VectorType(ir.IntType(32), vty.count),
+                                        [0] * vty.count))
+
+
 class Tiles:
     """Shared parts of the forms: tile dispatch over rows and columns (gb: the
     GemmBuilder adding the kernel to its module)."""
@@ -136,10 +144,7 @@ class Tiles:
         b.store(value, p, align=self.align)
 
     def splat(self, b, x):
-        v = b.insert_element(ir.Constant(self.vty, ir.Undefined), x, ir.Constant(I64, 0))
-        return b.shuffle_vector(v, ir.Constant(self.vty, ir.Undefined),
-                                ir.Constant(ir.VectorType(ir.IntType(32), self.width),
-                                            [0] * self.width))
+        return splat(b, x, self.vty)
 
     def zeros(self, b, count, ty):
         accs = []

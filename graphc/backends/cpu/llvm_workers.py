@@ -14,6 +14,7 @@ at most MAX_PROCESSES); 1 compiles everything here.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import select
@@ -119,8 +120,6 @@ def _collect(pid: int, fd: int, deadline: float) -> dict:
 
 
 def _kill(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, ChildProcessError):   # already reaped
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass
