@@ -20,7 +20,7 @@ from . import gemm, scalef
 from .emitter import Emitter
 from .dot_plan import blas_plan
 from ..llvm.emitter import strided_loop
-from ..llvm.module import LlvmModule, aliased_buffers
+from ..llvm.module import LlvmModule, aliased_buffers, twin_buffers
 from .parallel import CHUNKS_PER_THREAD, split_chunks, split_granule, split_var, split_work
 from .threads import ThreadsBuilder
 from .profiling import Profiling
@@ -77,19 +77,21 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
 
     # -- kernels --------------------------------------------------------------------------
     def add_kernel(self, kernel, aliased: set, split: "ix.IVar | None" = None,
-                   own_threads: bool = True, then=None) -> None:
+                   own_threads: bool = True, then=None, twins: dict | None = None) -> None:
         """Emit `kernel` as an internal function; `aliased` holds ids of buffers that may
-        share memory with another buffer of this kernel (no noalias for them). With a
+        share memory with another buffer of this kernel (no noalias for them); `twins`
+        those at exactly another's memory (twin_buffers: read and written through the
+        first one's pointer). With a
         `split` loop variable the function takes (begin, end) for it as two last i64
         arguments, so that threads can run disjoint ranges: the runtime's pool when bound,
         else threads started for the call if `own_threads`, else one call. `then`:
-        (follower kernel, its aliased set, its loop variable) to run in each of this
-        kernel's chunks, right after it (see chaining.py)."""
-        fn, bufs = self._kernel_function(kernel, aliased, split)
+        (follower kernel, its aliased set, its loop variable, its twins) to run in each
+        of this kernel's chunks, right after it (see chaining.py)."""
+        fn, bufs = self._kernel_function(kernel, aliased, split, twins or {})
         index = len(self.profile_index)
         if then is not None:
-            follower, f_aliased, u = then
-            f_fn, f_bufs = self._kernel_function(follower, f_aliased, u)
+            follower, f_aliased, u, f_twins = then
+            f_fn, f_bufs = self._kernel_function(follower, f_aliased, u, f_twins)
             block = chain_block(kernel, split, split_granule(kernel, split))
             if isinstance(kernel, K.DotKernel) and (blas_plan(kernel) or {}).get("own") is None:
                 block = 1 << 62      # OpenBLAS: chunks as large as the split makes them
@@ -110,7 +112,7 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
             if then is not None:          # the follower keeps its number (chunks only)
                 self.profile_index[("follower", id(entry))] = index + 1
 
-    def _kernel_function(self, kernel, aliased: set, split):
+    def _kernel_function(self, kernel, aliased: set, split, twins: dict):
         """(the kernel's internal function, the buffers it takes in order)."""
         buffers = {}
         for load in kernel.reads():
@@ -121,7 +123,7 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
             for s in kernel.copy.stores:
                 buffers[s.buffer.id] = s.buffer
         bufs = sorted(buffers.values(), key=lambda b: b.id)
-        key = self._structure_key(kernel, bufs, aliased, split)
+        key = self._structure_key(kernel, bufs, aliased, split, twins)
         if key is not None and key in self.structures and not self.check_structures:
             return self.structures[key], bufs
         params = [ir.PointerType(STORAGE[b.dtype]) for b in bufs] + [I64] * len(self.symbols)
@@ -137,7 +139,8 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
                 arg.add_attribute("noalias")
         entry = fn.append_basic_block("entry")
         builder = ir.IRBuilder(entry)
-        em = Emitter(self, builder, {b.id: (arg, b) for arg, b in zip(fn.args, bufs)}, fn)
+        args = {b.id: arg for arg, b in zip(fn.args, bufs)}
+        em = Emitter(self, builder, {b.id: (args[twins.get(b.id, b.id)], b) for b in bufs}, fn)
         em.symbols = dict(zip(self.symbols, fn.args[len(bufs):len(bufs) + len(self.symbols)]))
         if split is not None:
             em.bounds[split.name] = (fn.args[-2], fn.args[-1])
@@ -152,9 +155,10 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
         self.structures[key] = fn
         return fn, bufs
 
-    def _structure_key(self, kernel, bufs, aliased, split):
+    def _structure_key(self, kernel, bufs, aliased, split, twins):
         """What decides a kernel function's code (kernels/structure.py: the kernel with
-        its buffers as argument numbers; which of them may alias; the split variable):
+        its buffers as argument numbers; which of them may alias or are twins; the split
+        variable):
         a later kernel of the same key calls the first one's function, never emitted.
         None where every kernel keeps its own function (as in _shared) and where the
         kernel has no structure (its function is then compared by its code, _shared)."""
@@ -164,7 +168,9 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
         kern = structure(kernel, positions)
         if kern is None:
             return None
-        return (kern, tuple(b.id in aliased for b in bufs), structure(split, positions))
+        return (kern, tuple(b.id in aliased for b in bufs),
+                tuple(positions[twins[b.id]] if b.id in twins else None for b in bufs),
+                structure(split, positions))
 
     def _check_structure(self, fn, earlier) -> None:
         """check_structures: a kernel whose key matched an earlier one's, emitted anyway,
@@ -405,13 +411,16 @@ def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> 
                 continue
             if t in followers:
                 continue                      # emitted in its leader's chunks
-            aliased = aliased_buffers(kern, low.memory.offsets)
+            twins = twin_buffers(kern, low.memory.offsets)
+            aliased = aliased_buffers(kern, low.memory.offsets, twins)
             split, own_threads = split_var(kern, threads)
             then = None
             if t in chained:
                 follower = low.kernels[t + 1]
-                then = (follower, aliased_buffers(follower, low.memory.offsets), chained[t])
-            mb.add_kernel(kern, aliased, split, own_threads, then)
+                f_twins = twin_buffers(follower, low.memory.offsets)
+                then = (follower, aliased_buffers(follower, low.memory.offsets, f_twins),
+                        chained[t], f_twins)
+            mb.add_kernel(kern, aliased, split, own_threads, then, twins)
             segments[-1].append(mb.kernels[-1])
         return segments
     segments = emit_schedule(lowered)

@@ -71,18 +71,41 @@ class LlvmModule:
         return fn
 
 
-def aliased_buffers(kern, offsets) -> set:
-    """Temp buffers of this kernel whose arena ranges overlap another one of its buffers
-    (those kept in a kernel's scratch have none)."""
+def _temps(kern, offsets) -> list:
+    """The kernel's temp buffers placed in the arena, by id."""
     bufs = {}
     for ld in kern.reads():
         bufs[ld.buffer.id] = ld.buffer
     for st in kern.writes():
         bufs[st.buffer.id] = st.buffer
-    temps = [b for b in bufs.values() if b.kind == "temp" and b.id in offsets]
+    return sorted((b for b in bufs.values() if b.kind == "temp" and b.id in offsets),
+                  key=lambda b: b.id)
+
+
+def twin_buffers(kern, offsets) -> dict:
+    """Temp buffers of this kernel at exactly the arena range of another of its buffers,
+    of the same dtype (a result computed in place of an operand): each id -> the first
+    twin's id. A backend may read and write both through one pointer: one array to
+    LLVM, whose loops then vectorize, not two arrays that may overlap."""
+    first, out = {}, {}
+    for b in _temps(kern, offsets):
+        if isinstance(offsets[b.id], int) and isinstance(b.nbytes, int):
+            key = (offsets[b.id], b.nbytes, b.dtype)
+            out[b.id] = first.setdefault(key, b.id)
+    return {k: v for k, v in out.items() if k != v or list(out.values()).count(v) > 1}
+
+
+def aliased_buffers(kern, offsets, twins: dict | None = None) -> set:
+    """Temp buffers of this kernel whose arena ranges overlap another one of its buffers
+    (those kept in a kernel's scratch have none); where `twins` (twin_buffers) is given,
+    twins read through one pointer do not count as overlapping each other."""
+    temps = _temps(kern, offsets)
+    twins = twins or {}
     out = set()
     for i, a in enumerate(temps):
         for c in temps[i + 1:]:
+            if a.id in twins and twins.get(a.id) == twins.get(c.id):
+                continue
             a0, c0 = offsets[a.id], offsets[c.id]
             try:
                 overlap = a0 < c0 + c.nbytes and c0 < a0 + a.nbytes
