@@ -52,6 +52,7 @@ bench: $(BENCH_STAMP)
 	$(PY) -m bench
 	$(PY) -m bench.profiler
 	$(PY) -m bench.onnx
+	$(PY) -m bench.int8
 	$(PY) -m bench.control
 	$(PY) -m bench.symbolic
 	$(PY) -m bench.compile_time

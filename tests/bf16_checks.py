@@ -1,6 +1,7 @@
-"""What the bfloat16 product tests share (test_amx_products.py, test_bf16_pairs.py):
-the exact product rounded once, the closeness asked of a product in bfloat16, and
-the same product compiled for several thread counts."""
+"""What the bfloat16 product tests share (test_amx_products.py, test_bf16_pairs.py; the
+8-bit ones, test_int8_products.py, use the kernel helpers): the exact product rounded
+once, the closeness asked of a product in bfloat16, the same product compiled for
+several thread counts, a product kernel assembled for another CPU or run alone."""
 import numpy as np
 
 import graphc as gc
@@ -104,3 +105,20 @@ def unpacked_without_heap(product) -> None:
     c = np.full((37, 29), np.nan, BF16)
     product(37, 29, 50, a.ctypes.data, 50, 1, bt.ctypes.data, 1, 50, c.ctypes.data, 29)
     close_to_exact(c, exact(a, bt.T))
+
+
+def assembly_for(build, cpu: str, features: str) -> str:
+    """The x86-64 assembly of the product function build(module) defines, optimized
+    and assembled for `cpu` with `features` (whatever this machine has)."""
+    import llvmlite.ir as ir
+    from graphc.backends.llvm import features as llvm_features
+    from graphc_runtime import host
+    b = host.llvm()
+    module = ir.Module("product")
+    build(module).linkage = "external"
+    parsed = b.parse_assembly(str(module))
+    parsed.verify()
+    tm = b.Target.from_triple("x86_64-unknown-linux-gnu").create_target_machine(
+        cpu=cpu, features=features, opt=3)
+    llvm_features.optimize(parsed, tm, 3)
+    return tm.emit_assembly(parsed)

@@ -11,7 +11,8 @@ from graphc.backends.cpu import bf16_pairs
 from graphc.backends.cpu.dot_plan import native_bf16
 from graphc_runtime import host
 
-from bf16_checks import (BF16, PRODUCT_CASES, close_to_exact, compiled_product_matches, exact,
+from bf16_checks import (BF16, PRODUCT_CASES, assembly_for, close_to_exact,
+                         compiled_product_matches, exact,
                          jit_product, same_bits_for_any_thread_count, unpacked_without_heap)
 PAIRS = "+avx512f,+avx512bw,+avx512vl,+avx512bf16"
 X86 = host.llvm().get_process_triple().startswith("x86_64")
@@ -23,17 +24,7 @@ needs_pairs = pytest.mark.skipif(
 
 @pytest.mark.skipif(not X86, reason="the pair products are x86-64 code")
 def test_the_code_builds_for_a_cpu_with_pair_products_everywhere():
-    b = host.llvm()
-    import llvmlite.ir as ir
-    module = ir.Module("pairs")
-    bf16_pairs.build(module).linkage = "external"
-    parsed = b.parse_assembly(str(module))
-    parsed.verify()
-    tm = b.Target.from_triple("x86_64-unknown-linux-gnu").create_target_machine(
-        cpu="znver4", features="+avx512f,+avx512bw,+avx512vl,+avx512bf16", opt=3)
-    from graphc.backends.llvm import features
-    features.optimize(parsed, tm, 3)
-    asm = tm.emit_assembly(parsed)
+    asm = assembly_for(bf16_pairs.build, "znver4", PAIRS)
     assert "vdpbf16ps" in asm and "zmm" in asm
 
 

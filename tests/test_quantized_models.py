@@ -2,8 +2,6 @@
 constant filter for the product's fast kernels, the reference's bits), activations'
 quantize/dequantize pairs fuse into their neighbours, and float -> int conversions are
 vectorized; outputs agree with onnxruntime's int8 run of the same file."""
-import os
-
 import numpy as np
 import pytest
 
@@ -68,24 +66,13 @@ def test_float_to_int_conversions_are_vectorized_and_exact():
 
 
 def test_a_qdq_model_matches_onnxruntimes_int8_run(tmp_path):
-    quantization = pytest.importorskip("onnxruntime.quantization")
+    pytest.importorskip("onnxruntime.quantization")
+    from bench.int8 import quantized
     from bench.onnx_models import MODELS
     import graphc.onnx as gonnx
     model, make_feeds = MODELS["resnet"](1)
     rng = np.random.default_rng(0)
-
-    class Reader(quantization.CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter([make_feeds(rng) for _ in range(4)])
-
-        def get_next(self):
-            return next(self.feeds, None)
-    src, dst = os.path.join(tmp_path, "f.onnx"), os.path.join(tmp_path, "q.onnx")
-    onnx.save(model, src)
-    quantization.quantize_static(src, dst, Reader(), quant_format=quantization.QuantFormat.QDQ,
-                                 per_channel=True,
-                                 activation_type=quantization.QuantType.QInt8,
-                                 weight_type=quantization.QuantType.QInt8)
+    _, dst = quantized(model, make_feeds, str(tmp_path), "QInt8")
     feeds = make_feeds(rng)
     want = ort.InferenceSession(dst, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     exe = gonnx.compile(onnx.load(dst))

@@ -9,6 +9,7 @@ from .elementwise import (abs, add, bitwise_and, bitwise_or, bitwise_xor, cast, 
                           stop_gradient, subtract, tanh, where)
 from .indexing import getitem, one_hot, take, take_along_axis
 from .linalg import dot, matmul, tensordot
+from .int8 import matmul_8bit, pack_bytes
 from .reductions import (argmax, argmin, log_softmax, logsumexp, max, mean, min, prod,
                          softmax, sum, var)
 from .shapes import (broadcast_to, concatenate, expand_dims, flip, pad, reshape, squeeze,

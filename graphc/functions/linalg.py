@@ -11,8 +11,12 @@ from .shapes import broadcast_to, reshape
 
 def matmul(a, b) -> Tensor:
     """numpy.matmul: 1-D operands are promoted to matrices, batch dims broadcast."""
+    return _matmul(a, b, result_dtype([a, b], "matmul"), {})
+
+
+def _matmul(a, b, dt: str, extra: dict) -> Tensor:
+    """matmul of a and b in dtype dt, its dot_general carrying `extra` attributes."""
     graph = _graph_for([a, b])
-    dt = result_dtype([a, b], "matmul")
     if dt == "bool":
         raise DTypeError("matmul: bool operands; cast them first", user_location())
     x, y = to_tensor(a, dt, graph), to_tensor(b, dt, graph)
@@ -31,14 +35,14 @@ def matmul(a, b) -> Tensor:
         # (..., K) @ (K, N): one product over all leading dims, not a broadcast of y
         # (whose gradient would be a per-batch product and a sum)
         out = bind("dot_general", x, y, lhs_contracting=(x.ndim - 1,), rhs_contracting=(0,),
-                   lhs_batch=(), rhs_batch=())
+                   lhs_batch=(), rhs_batch=(), **extra)
         return reshape(out, out.shape[:-1]) if y1 else out
     batch = broadcast_shapes([x.shape[:-2], y.shape[:-2]], "matmul")
     x = broadcast_to(x, batch + x.shape[-2:])
     y = broadcast_to(y, batch + y.shape[-2:])
     nb = len(batch)
     out = bind("dot_general", x, y, lhs_contracting=(nb + 1,), rhs_contracting=(nb,),
-               lhs_batch=tuple(range(nb)), rhs_batch=tuple(range(nb)))
+               lhs_batch=tuple(range(nb)), rhs_batch=tuple(range(nb)), **extra)
     if x1 or y1:
         shape = out.shape[:nb] + (() if x1 else out.shape[nb:nb + 1]) + \
             (() if y1 else out.shape[-1:])

@@ -41,7 +41,8 @@ def build_dot(name, dot: Node, roots, members, buffer_of, dests) -> DotKernel:
     epilogue, fills, layouts = _epilogue(dot, roots, eb, out_index, dests,
                                          len(bvars) + len(mvars), buffer_of)
     return DotKernel(name, dests(dot)[0], bvars, mvars, nvars, kvars, out_index, lhs_e,
-                     rhs_e, _acc_dtype(dot.dtype), epilogue, fills, layouts=layouts)
+                     rhs_e, _acc_dtype(dot.dtype), epilogue, fills, layouts=layouts,
+                     packed_int8=a.get("packed_int8") or "")
 
 
 def build_winograd(name, node: Node, roots, members, buffer_of, dests) -> WinogradKernel:

@@ -195,6 +195,8 @@ class DotKernel(Kernel):
     # product (K.layout_epilogue)
     private_layouts: set = field(default_factory=set)  # ids of layout buffers only this
     # kernel's later nests read: a backend may keep each batch index's in a scratch
+    packed_int8: str = ""   # "us" / "su": int32 words of four bytes each side, unsigned
+    # x signed or signed x unsigned (dot_general's packed_int8): a term four products
     kind = "dot"
 
     def reads(self) -> list:

@@ -92,6 +92,8 @@ class Context:
         self.named_constants: dict = {}        # initializer name -> its constant Tensor
         self.operand_types: list = []   # the current node's operands' narrow types (or None)
         self.env: dict = {}             # the values visible to the current node, by name
+        self.dequantized: dict = {}     # value name of a DequantizeLinear result -> what
+        # it was made of (int8_products.Dequantized): its products multiply integers
 
     def where(self) -> str:
         n = self.node

@@ -13,6 +13,8 @@ from graphc_runtime.dims import Dim, prod
 import graphc as gc
 
 from .dtypes import dtype_of
+from .int8_conv import dequantized_conv
+from .int8_products import dequantized_product
 
 from .ops_pool import geometry
 from .registry import CONVERTERS, op
@@ -388,7 +390,7 @@ CONVERTERS["LogSoftmax"] = _softmax(gc.log_softmax)
 
 @op("MatMul")
 def _matmul(ctx, a, at):
-    return gc.matmul(ctx.tensor(a[0]), ctx.tensor(a[1]))
+    return dequantized_product(ctx, ctx.tensor(a[0]), ctx.tensor(a[1]))
 
 
 @op("Gemm")
@@ -398,7 +400,8 @@ def _gemm(ctx, a, at):
         x = x.T
     if at.get("transB", 0):
         w = w.T
-    y = gc.matmul(x, w)
+    y = gc.matmul(x, w) if at.get("transA", 0) else \
+        dequantized_product(ctx, x, w, at.get("transB", 0))
     alpha, beta = at.get("alpha", 1.0), at.get("beta", 1.0)
     if alpha != 1.0:
         y = y * _scalar(ctx, alpha, y)
@@ -422,8 +425,12 @@ def _conv(ctx, a, at):
         w = gc.reshape(w, w.shape[:2] + (1,) + w.shape[2:])
         strides, dil, pads = [1] + strides, [1] + dil, [(0, 0)] + pads
     b = ctx.tensor(a[2], x.dtype) if len(a) > 2 and a[2] is not None else None
-    y = gc.nn.conv2d(x, w, b, stride=tuple(strides), padding=tuple(pads),
-                     dilation=tuple(dil), groups=at.get("group", 1))
+    y = dequantized_conv(ctx, strides, pads, dil, at.get("group", 1), dims == 1)
+    if y is None:
+        y = gc.nn.conv2d(x, w, b, stride=tuple(strides), padding=tuple(pads),
+                         dilation=tuple(dil), groups=at.get("group", 1))
+    elif b is not None:
+        y = y + gc.reshape(b, (1, -1, 1, 1))
     return gc.reshape(y, y.shape[:2] + y.shape[3:]) if dims == 1 else y
 
 

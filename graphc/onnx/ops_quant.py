@@ -8,6 +8,7 @@ import numpy as np
 import graphc as gc
 
 from . import dtypes as odt
+from .int8_products import Dequantized, exact_product
 from .registry import CONVERTERS, op
 
 UINT8 = 2
@@ -112,7 +113,14 @@ def _dequantize(ctx, a, at):
         # a quantized weight: dequantized once here (by the reference, the same bits),
         # so the product or convolution reading it sees a constant filter (prepacked,
         # Winograd) instead of dequantizing it at every call
-        return gc.constant(gc.evaluate(y))
+        y = gc.constant(gc.evaluate(y))
+    t = ctx.operand_types[0]
+    if not block and t is not None and x.dtype == "int32":
+        # what a product of two dequantized values multiplies as integers (int8_products)
+        ctx.dequantized[ctx.node.output[0]] = Dequantized(
+            x, t, gc.cast(ctx.tensor(a[1]), scale.dtype),
+            ctx.tensor(a[2]) if len(a) > 2 and a[2] is not None else None,
+            axis + x.ndim if axis < 0 else axis)
     return y
 
 
@@ -131,10 +139,24 @@ def _centered(ctx, v, zp, axis_of_zp, ndim):
     return v - z
 
 
+def _exact(ctx, x, za, w, zb, w_at: int):
+    """(x - za) @ (w - zb) as 8-bit products where the types of both operands (w the
+    node's input w_at) are known (int8_products.exact_product), else None."""
+    tx, tw = (ctx.operand_types[i] if len(ctx.operand_types) > i else None
+              for i in (0, w_at))
+    if tx is None or tw is None or x.dtype != "int32" or w.dtype != "int32":
+        return None
+    zero = lambda v: None if v is None else ctx.tensor(v)     # noqa: E731
+    return exact_product(x, tx, zero(za), w, tw, zero(zb))
+
+
 @op("MatMulInteger")
 def _matmul_integer(ctx, a, at):
     a = list(a) + [None] * (4 - len(a))
     x, w = ctx.tensor(a[0]), ctx.tensor(a[1])
+    acc = _exact(ctx, x, a[2], w, a[3], 1)
+    if acc is not None:
+        return acc
     xa = _centered(ctx, x, a[2], x.ndim - 2, x.ndim)          # per-row zero points of A
     wb = _centered(ctx, w, a[3], w.ndim - 1, w.ndim)          # per-column zero points of B
     return gc.cast(gc.matmul(xa, wb), "int32")
@@ -162,9 +184,11 @@ def _requantize(ctx, acc, scale, t, zp):
 @op("QLinearMatMul")
 def _qlinear_matmul(ctx, a, at):
     x, w = ctx.tensor(a[0]), ctx.tensor(a[3])
-    xa = _centered(ctx, x, a[2], x.ndim - 2, x.ndim)
-    wb = _centered(ctx, w, a[5], w.ndim - 1, w.ndim)
-    acc = gc.matmul(xa, wb)
+    acc = _exact(ctx, x, a[2], w, a[5], 3)
+    if acc is None:
+        xa = _centered(ctx, x, a[2], x.ndim - 2, x.ndim)
+        wb = _centered(ctx, w, a[5], w.ndim - 1, w.ndim)
+        acc = gc.matmul(xa, wb)
     sa, sb, sy = (gc.cast(ctx.tensor(v), "float32") for v in (a[1], a[4], a[6]))
     sa = gc.reshape(sa, (-1, 1)) if sa.ndim == 1 and sa.size > 1 else sa
     scale = sa * sb / sy

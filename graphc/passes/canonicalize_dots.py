@@ -66,7 +66,9 @@ def canonicalize_dots(program: Program) -> Program:
         uniq = lambda axes, where: tuple(dict.fromkeys(where[d] for d in axes))  # noqa: E731
         out = builder.add("dot_general", [x, y], {
             "lhs_contracting": uniq(lc, lwhere), "rhs_contracting": uniq(rc, rwhere),
-            "lhs_batch": uniq(lb, lwhere), "rhs_batch": uniq(rb, rwhere)}, like=node)
+            "lhs_batch": uniq(lb, lwhere), "rhs_batch": uniq(rb, rwhere),
+            **({"packed_int8": a["packed_int8"]} if a.get("packed_int8") else {})},
+            like=node)
         if out.shape == node.shape:
             return out
         return builder.add("reshape", [out], {"new_sizes": node.shape}, like=node)

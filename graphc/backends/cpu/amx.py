@@ -136,8 +136,10 @@ def usable(features: str) -> bool:
     return amx_usable()
 
 
-def signature() -> ir.FunctionType:
-    p = ir.PointerType(I16)
+def signature(element: ir.Type = I16) -> ir.FunctionType:
+    """f(M, N, K, A, a_row, a_col, B, b_row, b_col, C, ldc): i64 sizes and strides,
+    pointers to `element` (bfloat16 bits; vnni.py's int32)."""
+    p = ir.PointerType(element)
     return ir.FunctionType(VOID, [I64, I64, I64, p, I64, I64, p, I64, I64, p, I64])
 
 
@@ -172,27 +174,31 @@ def _unpacked_product(b: ir.IRBuilder, args, acc) -> None:
          lambda i: loop(b, "uj", c(0), c(1), less(N), lambda j: element(i, j)))
 
 
-def product_function(module: ir.Module, name: str):
-    """(a product function of signature() named `name`, A, B and C noalias; a builder at
-    its entry; a float32 slot in the entry block for _unpacked_product)."""
-    fn = ir.Function(module, signature(), name)
+def product_function(module: ir.Module, name: str, element: ir.Type = I16,
+                     acc_type: ir.Type = ir.FloatType()):
+    """(a product function of signature(element) named `name`, A, B and C noalias; a
+    builder at its entry; an `acc_type` slot in the entry block for the unpacked
+    product)."""
+    fn = ir.Function(module, signature(element), name)
     for arg in (fn.args[3], fn.args[6], fn.args[9]):
         arg.add_attribute("noalias")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    return fn, b, b.alloca(ir.FloatType(), name="acc")
+    return fn, b, b.alloca(acc_type, name="acc")
 
 
-def packed_scratch(b: ir.IRBuilder, fn: ir.Function, size, allocator: str, acc, ty):
+def packed_scratch(b: ir.IRBuilder, fn: ir.Function, size, allocator: str, acc, ty,
+                   unpacked=None):
     """(the heap block, its first 64-byte aligned address as a `ty` pointer) for the
     packed copies, `size` bytes from `allocator`; where it returns NULL the product runs
-    unpacked (_unpacked_product) and the function returns."""
+    unpacked (`unpacked(b, fn.args, acc)`, by default _unpacked_product's bfloat16 one)
+    and the function returns."""
     i8p = ir.PointerType(I8)
     module = fn.module
     malloc = module.globals.get(allocator) or \
         ir.Function(module, ir.FunctionType(i8p, [I64]), allocator)
     raw = b.call(malloc, [b.add(size, ir.Constant(I64, 64))])
     with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(i8p, None)), likely=False):
-        _unpacked_product(b, fn.args, acc)      # no memory for the packed copies
+        (unpacked or _unpacked_product)(b, fn.args, acc)   # no memory for the copies
         b.ret_void()
     aligned = b.and_(b.add(b.ptrtoint(raw, I64), ir.Constant(I64, 63)), ir.Constant(I64, -64))
     return raw, b.inttoptr(aligned, ir.PointerType(ty))

@@ -26,7 +26,7 @@ from ..llvm.emitter import loop
 from ..llvm.types import I32, I64
 from ..llvm.values import f32_to_bf16
 from . import amx
-from .gemm_tiles import splat
+from .gemm_tiles import word_tile
 
 NAME = "graphc_own_gemm_dpbf16_bfloat16"
 MR = 8                       # rows of C a tile keeps in registers
@@ -105,21 +105,7 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
     loop(b, "bp", c(0), c(LANES), less(Np), pack_b)
 
     def tile(j0, i0):
-        for s in sums:
-            b.store(ir.Constant(vf, None), s)
-        panels = [b.gep(Bp, [b.mul(j0, P)]), b.gep(Bp, [b.mul(b.add(j0, c(LANES)), P)])]
-
-        def step(p):
-            at = b.mul(p, c(LANES))
-            vs = [b.load(b.bitcast(b.gep(q, [at]), ir.PointerType(vi)), align=64)
-                  for q in panels]
-            for r in range(MR):
-                word = b.load(b.gep(Ap, [b.add(b.mul(b.add(i0, c(r)), P), p)]))
-                a = splat(b, word, vi)
-                for v in range(2):
-                    s = sums[r * 2 + v]
-                    b.store(b.call(dot, [b.load(s), a, vs[v]]), s)
-        loop(b, "k", c(0), c(1), less(P), step)
+        word_tile(b, sums, Ap, Bp, P, i0, j0, lambda s, a, v: b.call(dot, [s, a, v]), vi)
         for r in range(MR):
             i = b.add(i0, c(r))
             with b.if_then(b.icmp_signed("<", i, M)):

@@ -22,7 +22,7 @@ def blas_plan(k: "K.DotKernel"):
     if isinstance(k, K.WinogradKernel):
         from .winograd import winograd_plan
         return winograd_plan(k)
-    native = bf16_form(k)
+    native = bf16_form(k) or int8_form(k)
     if not native and (k.out.dtype not in ("float32", "float64") or
                       k.acc_dtype != k.out.dtype):
         return None
@@ -84,18 +84,34 @@ def bf16_form(k: "K.DotKernel") -> str | None:
 
 
 BF16_FORMS = ("amx", "dpbf16")    # bfloat16 products, first choice first
+NATIVE_FORMS = BF16_FORMS + ("vnni", "vnnisu")   # products of narrow types
 
 
-def bf16_kernel(form: str):
-    """The module of a bfloat16 product form (amx.py, bf16_pairs.py): its usable(),
-    declare() and build()."""
-    from . import amx, bf16_pairs
-    return {"amx": amx, "dpbf16": bf16_pairs}[form]
+def native_kernel(form: str):
+    """The kernel of a narrow-type product form (amx.py, bf16_pairs.py, vnni.py): its
+    usable(), declare() and build()."""
+    from . import amx, bf16_pairs, vnni
+    return {"amx": amx, "dpbf16": bf16_pairs, "vnni": vnni.UNSIGNED_A,
+            "vnnisu": vnni.SIGNED_A}[form]
+
+
+def int8_form(k: "K.DotKernel") -> str | None:
+    """'vnni' ('vnnisu' with A's bytes signed) for a product of packed 8-bit integers
+    (DotKernel.packed_int8) where the CPU has AVX512-VNNI (vnni.py); else None (the
+    loop nest)."""
+    if not k.packed_int8 or k.out.dtype != "int32" or \
+            k.acc_dtype != "int32" or isinstance(k, K.WinogradKernel):
+        return None
+    from graphc_runtime.host import host_features
+    from . import vnni
+    if not vnni.usable(host_features()):
+        return None
+    return "vnni" if k.packed_int8 == "us" else "vnnisu"
 
 
 def native_bf16(features: str) -> str | None:
     """The CPU's own bfloat16 product form (one of BF16_FORMS), or None."""
-    return next((f for f in BF16_FORMS if bf16_kernel(f).usable(features)), None)
+    return next((f for f in BF16_FORMS if native_kernel(f).usable(features)), None)
 
 
 def _strided(operand, dtype):

@@ -12,7 +12,7 @@ from ...ir import dtypes
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from ..llvm.types import COMPUTE, I32, I64
-from .dot_plan import (BF16_FORMS, bf16_kernel, blas_plan, layout_in_scratch,
+from .dot_plan import (NATIVE_FORMS, blas_plan, layout_in_scratch, native_kernel,
                        product_scratch_shape)
 
 CHANNEL_BLOCK_BYTES = 64 << 10   # a block of the product's rows run through the layouts
@@ -51,7 +51,7 @@ class CpuDotEmitter:
         b = self.b
         ty = COMPUTE[k.out.dtype]
         own = plan["own"]
-        fn = bf16_kernel(own).declare(self.mb.module) if own in BF16_FORMS else \
+        fn = native_kernel(own).declare(self.mb.module) if own in NATIVE_FORMS else \
             self.mb.own_gemm(own, k.out.dtype) if own else self.mb.gemm(k.out.dtype)
         i32 = lambda v: b.trunc(self.dim(v), I32) if isinstance(v, Dim) else \
             ir.Constant(I32, int(v))
@@ -105,7 +105,7 @@ class CpuDotEmitter:
                 a_row, a_col = (plan["lda"], 1) if plan["trans_a"] == 111 else \
                     (1, plan["lda"])
                 b_strides = [c64(plan["ldb"])]
-                if own in BF16_FORMS:      # B by its strides too, C rounded to bf16
+                if own in NATIVE_FORMS:    # B by its strides too
                     b_strides = [c64(v) for v in ((plan["ldb"], 1) if plan["trans_b"] == 111
                                                   else (1, plan["ldb"]))]
                 b.call(fn, [rows, cols, c64(plan["K"]), a_ptr, c64(a_row), c64(a_col),

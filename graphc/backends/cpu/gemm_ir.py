@@ -11,7 +11,7 @@ import llvmlite.ir as ir
 from graphc_runtime import cache_store
 
 from . import amx
-from .dot_plan import BF16_FORMS, bf16_kernel
+from .dot_plan import NATIVE_FORMS, native_kernel
 from .gemm import PREFIX, GemmBuilder
 
 _CACHE_KIND = cache_store.Kind(b"GRAPHC-GEMM-CACHE-1\n", ".gcg", compress=True)
@@ -36,8 +36,8 @@ def optimized_ir(name: str, features: str, opt_level: int) -> str:
             cache_store.remove(_CACHE_KIND, key)
     form, dtype = name[len(PREFIX):].split("_", 1)
     module = ir.Module(name)
-    if form in BF16_FORMS:
-        bf16_kernel(form).build(module).linkage = "external"
+    if form in NATIVE_FORMS:
+        native_kernel(form).build(module).linkage = "external"
     else:
         GemmBuilder(module, features).function(form, dtype).linkage = "external"
     parsed = b.parse_assembly(str(module))

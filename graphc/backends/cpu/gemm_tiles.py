@@ -48,6 +48,31 @@ def splat(b: ir.IRBuilder, x, vty: ir.VectorType):
                                         [0] * vty.count))
 
 
+def word_tile(b: ir.IRBuilder, sums, Ap, Bp, steps, i0, j0, product,
+              words: ir.VectorType) -> None:
+    """Zero `sums` (2 x rows vector slots) and add into them, over `steps` words of k,
+    rows i0.. of the packed A (one 32-bit word a row and step, broadcast to every lane)
+    times the two panels of the packed B at column j0 (a vector of words a step):
+    product(sum, a, b) -> the new sum (vdpbf16ps in bf16_pairs.py, vpdpbusd in
+    vnni.py); `words`: the vector type of B's words (lanes of 32-bit words)."""
+    lanes, c = words.count, (lambda v: ir.Constant(I64, v))
+    for s in sums:
+        b.store(ir.Constant(s.type.pointee, None), s)
+    panels = [b.gep(Bp, [b.mul(j0, steps)]), b.gep(Bp, [b.mul(b.add(j0, c(lanes)), steps)])]
+
+    def step(p):
+        at = b.mul(p, c(lanes))
+        vs = [b.load(b.bitcast(b.gep(q, [at]), ir.PointerType(words)), align=64)
+              for q in panels]
+        for r in range(len(sums) // 2):
+            word = b.load(b.gep(Ap, [b.add(b.mul(b.add(i0, c(r)), steps), p)]))
+            a = splat(b, word, words)
+            for v in range(2):
+                s = sums[r * 2 + v]
+                b.store(product(b.load(s), a, vs[v]), s)
+    loop(b, "k", c(0), c(1), lambda p: b.icmp_signed("<", p, steps), step)
+
+
 class Tiles:
     """Shared parts of the forms: tile dispatch over rows and columns (gb: the
     GemmBuilder adding the kernel to its module)."""

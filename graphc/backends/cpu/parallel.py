@@ -9,7 +9,7 @@ from ...ir.primitive import is_transcendental
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from .amx import TILE as AMX_TILE
-from .dot_plan import BF16_FORMS, blas_plan
+from .dot_plan import NATIVE_FORMS, blas_plan
 
 
 TEAM_MIN_WORK = 1 << 16          # element-steps from which a kernel is split for threads:
@@ -25,7 +25,7 @@ OWN_CHUNK_MIN_WORK = 1 << 17     # multiply-adds per chunk of graphc's own GEMM 
 
 def _chunk_min(plan) -> int:
     """The least work (multiply-adds) of one thread's chunk of a product run by `plan`."""
-    return OWN_CHUNK_MIN_WORK if plan.get("own") not in (None, *BF16_FORMS) else \
+    return OWN_CHUNK_MIN_WORK if plan.get("own") not in (None, *NATIVE_FORMS) else \
         BLAS_CHUNK_MIN_FLOPS
 
 
@@ -125,7 +125,7 @@ def split_granule(kern, split) -> int:
     plan = blas_plan(kern)
     if plan is not None and plan["own"] == "winograd":     # whole blocks of tile rows
         return 2 * plan["rows"]
-    if plan is not None and plan["own"] in BF16_FORMS:     # whole panels of C's columns
+    if plan is not None and plan["own"] in NATIVE_FORMS:   # whole panels of C's columns
         return AMX_TILE
     return 16 if plan is not None and plan["own"] in ("nn", "nnw") else 1
 

@@ -264,7 +264,7 @@ class GpuEmitter(Emitter):
                 for i in range(T):
                     x = b.load(b.gep(a_s, [const(0), b.add(b.mul(row, const(T)), const(i))]))
                     y = b.load(b.gep(b_s, [const(0), b.add(const(i * T), col)]))
-                    b.store(self._fma(x, y, b.load(acc), k.acc_dtype), acc)
+                    b.store(self._term(k, x, y, b.load(acc), k.acc_dtype), acc)
                 b.call(barrier, [])
             self.bounds["kt"] = (const(0), kt)
             self.loops([ix.IVar(0, ix.BIG, "kt")], k_step)

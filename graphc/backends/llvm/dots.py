@@ -55,7 +55,7 @@ class DotEmitter:
         def update():
             a = self.value(k.lhs)
             cur = self.load(out, k.out_index)
-            self.store(out, k.out_index, self._fma(a, self.value(k.rhs), cur, out.dtype))
+            self.store(out, k.out_index, self._term(k, a, self.value(k.rhs), cur, out.dtype))
 
         def epilogue():
             self.accs[0] = self.load(out, k.out_index)
@@ -80,7 +80,7 @@ class DotEmitter:
                 b.store(ir.Constant(COMPUTE[k.acc_dtype], 0), acc)
 
                 def step():
-                    b.store(self._fma(self.value(k.lhs), self.value(k.rhs), b.load(acc),
+                    b.store(self._term(k, self.value(k.lhs), self.value(k.rhs), b.load(acc),
                                       k.acc_dtype), acc)
                 self.loops(k.k_vars, step)
                 self.accs[0] = self.round_to(b.load(acc), k.acc_dtype, out.dtype)

@@ -271,6 +271,16 @@ class ValueEmitter:
             return b.call(self.mb.intrinsic("llvm.fmuladd", [ty]), [a, c, acc])
         return b.add(acc, b.mul(a, c))
 
+    def _term(self, k, a, c, acc, dtype):
+        """acc plus a product's term a * c: for packed 8-bit integers (dot_general's
+        packed_int8) the four products of a's bytes by c's ("us": a's unsigned, c's
+        signed; "su" the other way round)."""
+        if not k.packed_int8:
+            return self._fma(a, c, acc, dtype)
+        if k.packed_int8 == "su":
+            a, c = c, a
+        return self.b.add(acc, byte_products(self.b, a, c))
+
     # -- rng -------------------------------------------------------------------------------
     def rng(self, e: K.RngValue):
         from ...ir.ops.rng import KS_PARITY, ROTATIONS
@@ -319,3 +329,16 @@ class ValueEmitter:
                                    float(__import__("numpy").float32(2 * math.pi))), u2)
         out = b.fmul(radius, b.call(self.mb.libm("cos", ty), [angle]))
         return self.round_to(out, "float32", dtype) if dtype in ("float16", "bfloat16") else out
+
+
+def byte_products(b: ir.IRBuilder, x, y):
+    """The sum of the four products of int32 word x's unsigned bytes by int32 word y's
+    signed bytes (what vpdpbusd adds to a lane): the words as <4 x i8>, widened,
+    multiplied and summed."""
+    i8x4, i32x4 = ir.VectorType(ir.IntType(8), 4), ir.VectorType(ir.IntType(32), 4)
+    products = b.mul(b.zext(b.bitcast(x, i8x4), i32x4), b.sext(b.bitcast(y, i8x4), i32x4))
+    module = b.module
+    name = "llvm.vector.reduce.add.v4i32"
+    add = module.globals.get(name) or ir.Function(
+        module, ir.FunctionType(ir.IntType(32), [i32x4]), name)
+    return b.call(add, [products])

@@ -1,6 +1,12 @@
 """dot_general (batched matmul with explicit contraction/batch dims) and conv (NC*spatial).
 
 dot_general's result dims are: batch dims, lhs free dims, rhs free dims (as in XLA).
+An int32 dot_general with packed_int8="us" (or "su") multiplies bytes: each int32 of
+its operands packs four 8-bit integers (byte t of the word at position q of the
+contracted axis is element 4q + t; "us": the lhs bytes unsigned, the rhs bytes signed;
+"su" the other way round), and each term of a sum is the sum of a word pair's four byte
+products: AVX512-VNNI's vpdpbusd, one contracted axis each side (gc.matmul_8bit packs
+the words).
 conv: lhs (N, C, *spatial), rhs (O, C/groups, *window), result (N, O, *out); window
 strides, (low, high) padding per spatial dim (negative crops), lhs (input) dilation, rhs
 (window) dilation and feature_group_count, like XLA's ConvGeneralDilated in NCHW/OIHW.
@@ -47,6 +53,11 @@ def _dot_rule(inputs, attrs):
         if lhs.shape[a] != rhs.shape[b]:
             raise ShapeError(f"batch dimension {a} of lhs {lhs.type_str()} differs from "
                              f"dimension {b} of rhs {rhs.type_str()}")
+    packed = attrs.get("packed_int8")
+    if packed and (packed not in PACKED_SIGNS or lhs.dtype != "int32" or len(lc) != 1):
+        raise DTypeError(f"packed_int8={packed!r} needs int32 operands, one contracted "
+                         f"axis each and is one of {tuple(PACKED_SIGNS)} (got "
+                         f"{lhs.type_str()}, contracting {lc})")
     lfree = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
     rfree = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
     shape = ([lhs.shape[d] for d in lb] + [lhs.shape[d] for d in lfree]
@@ -54,8 +65,23 @@ def _dot_rule(inputs, attrs):
     return tuple(shape), lhs.dtype
 
 
+PACKED_SIGNS = {"us": (np.uint8, np.int8), "su": (np.int8, np.uint8)}   # lhs, rhs bytes
+
+
+def _bytes(words: np.ndarray, axis: int, dtype) -> np.ndarray:
+    """The 8-bit integers packed in int32 words along `axis` (four to a word, the low
+    byte first), as int64 along that axis."""
+    w = np.ascontiguousarray(np.moveaxis(words.astype("<i4", copy=False), axis, -1))
+    values = w.view(dtype).reshape(w.shape[:-1] + (w.shape[-1] * 4,))
+    return np.moveaxis(values.astype(np.int64), -1, axis)
+
+
 def _dot_impl(args, attrs, node):
     lhs, rhs = args
+    if attrs.get("packed_int8"):
+        signs = PACKED_SIGNS[attrs["packed_int8"]]
+        lhs = _bytes(lhs, attrs["lhs_contracting"][0], signs[0])
+        rhs = _bytes(rhs, attrs["rhs_contracting"][0], signs[1])
     compute = dtypes.to_numpy(dtypes.compute_dtype(node.dtype))
     lhs, rhs = lhs.astype(compute, copy=False), rhs.astype(compute, copy=False)
     lc, rc = attrs["lhs_contracting"], attrs["rhs_contracting"]

@@ -1,0 +1,182 @@
+"""8-bit integer products on AVX512-VNNI (vpdpbusd): C = A @ B with exact int32 sums,
+for dot_general's packed_int8 (graphc/ir/ops/linalg.py): A and B are int32 words, each
+four 8-bit integers of the contracted axis (gc.matmul_8bit packs them), a term the sum
+of a word pair's four byte products; A's bytes unsigned and B's signed (UNSIGNED_A, a
+quantized MatMul) or the other way round (SIGNED_A: a convolution's int8 filter times
+its image's uint8 patches). The int8 models' products.
+
+vpdpbusd adds to each of 16 int32 lanes the four products of one source's unsigned bytes
+with the other's signed bytes: acc[j] += sum_t a[4j+t] * b[4j+t], 64 multiply-adds an
+instruction against 16 for a float32 fma. A's words are copied one per row and word of
+k (broadcast to every lane), B's in panels of 16 columns (a vector per word of k); the
+rows and columns are padded with zeros to whole tiles and panels. A tile of MR rows x
+32 columns of C (2 MR vector sums) runs over all words; a panel of B stays in the core's
+L2 while every row tile passes it. Integer sums are exact (they wrap modulo 2**32 as
+the reference's int32 does), so no split of C between threads changes a bit. Where
+malloc has no room for the packed copies the product runs unpacked, one element at a
+time.
+
+Signature: amx.py's with int32 pointers: f(M, N, K, A, a_row, a_col, B, b_row, b_col,
+C, ldc), i64 sizes (K in words) and strides in elements.
+"""
+from __future__ import annotations
+
+import os
+
+import llvmlite.ir as ir
+
+from ..llvm.emitter import loop
+from ..llvm.types import I32, I64
+from ..llvm.values import byte_products
+from . import amx
+from .gemm_tiles import word_tile
+
+NAME = "graphc_own_gemm_vnni_int32"             # A's bytes unsigned, B's signed
+NAME_SIGNED_A = "graphc_own_gemm_vnnisu_int32"  # A's bytes signed, B's unsigned
+MR = 8                       # rows of C a tile keeps in registers
+PANEL = 32                   # columns of C a tile covers: two vectors of 16 lanes
+LANES = 16
+
+
+def usable(features: str) -> bool:
+    """Whether the CPU has vpdpbusd (AVX512-VNNI with AVX-512) and GRAPHC_VNNI is not 0
+    (which leaves 8-bit products to the loop nest)."""
+    if os.environ.get("GRAPHC_VNNI", "1").strip() == "0":
+        return False
+    return {"+avx512vnni", "+avx512f"} <= set(features.split(","))
+
+
+def declare(module: ir.Module, name: str = NAME) -> ir.Function:
+    """The product function, declared in a program's module (NativeModule links in its
+    optimized body, gemm_ir.optimized_ir)."""
+    if name in module.globals:
+        return module.globals[name]
+    return ir.Function(module, amx.signature(I32), name)
+
+
+def _unpacked_product(b: ir.IRBuilder, args, acc, signed_a: bool = False) -> None:
+    """C = A @ B read where the operands lie, int32 sums one element of C at a time:
+    the product when the heap has no room for the packed copies."""
+    M, N, Kd, A, a_row, a_col, B, b_row, b_col, C, ldc = args
+    c = lambda v: ir.Constant(I64, v)                               # noqa: E731
+    less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))   # noqa: E731
+
+    def element(i, j):
+        b.store(ir.Constant(I32, 0), acc)
+
+        def term(k):
+            x = b.load(b.gep(A, [b.add(b.mul(i, a_row), b.mul(k, a_col))]))
+            y = b.load(b.gep(B, [b.add(b.mul(k, b_row), b.mul(j, b_col))]))
+            terms = byte_products(b, y, x) if signed_a else byte_products(b, x, y)
+            b.store(b.add(b.load(acc), terms), acc)
+        loop(b, "uk", c(0), c(1), less(Kd), term)
+        b.store(b.load(acc), b.gep(C, [b.add(b.mul(i, ldc), j)]))
+    loop(b, "ui", c(0), c(1), less(M),
+         lambda i: loop(b, "uj", c(0), c(1), less(N), lambda j: element(i, j)))
+
+
+def build(module: ir.Module, allocator: str = "malloc", signed_a: bool = False) -> ir.Function:
+    """The product function (A's bytes signed where signed_a): packing, the tiles, the
+    int32 sums into C."""
+    fn, b, acc = amx.product_function(module, NAME_SIGNED_A if signed_a else NAME, I32, I32)
+    vi = ir.VectorType(I32, LANES)
+    dot = ir.Function(module, ir.FunctionType(vi, [vi, vi, vi]),
+                      "llvm.x86.avx512.vpdpbusd.512")
+    M, N, Q, A, a_row, a_col, B, b_row, b_col, C, ldc = fn.args
+    lanes_out = b.alloca(I32, size=LANES, name="lanes")
+    sums = [b.alloca(vi, name=f"sum{k}") for k in range(2 * MR)]   # in the entry block
+    c = lambda v: ir.Constant(I64, v)                         # noqa: E731
+    less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))  # noqa: E731
+    up = lambda n, m: b.mul(b.sdiv(b.add(n, c(m - 1)), c(m)), c(m))  # noqa: E731
+    Mp, Np = up(M, MR), up(N, PANEL)
+    a_words = up(b.mul(Mp, Q), LANES)          # B's panels start 64-byte aligned
+    size = b.mul(b.add(a_words, b.mul(Np, Q)), c(4))
+    raw, base = amx.packed_scratch(
+        b, fn, size, allocator, acc, I32,
+        lambda b_, args, acc_: _unpacked_product(b_, args, acc_, signed_a))
+    Ap, Bp = base, b.gep(base, [a_words])
+    zero = ir.Constant(I32, 0)
+
+    def pack_a(i):
+        row = b.icmp_signed("<", i, M)
+        first = b.mul(b.select(row, i, c(0)), a_row)
+
+        def word(q):
+            v = b.load(b.gep(A, [b.add(first, b.mul(q, a_col))]))
+            b.store(b.select(row, v, zero), b.gep(Ap, [b.add(b.mul(i, Q), q)]))
+        loop(b, "aq", c(0), c(1), less(Q), word)
+    loop(b, "ai", c(0), c(1), less(Mp), pack_a)
+
+    def pack_b(j0):                    # a panel of 16 columns: Q rows of 16 words
+        whole = b.and_(b.icmp_signed("<=", b.add(j0, c(LANES)), N),
+                       b.icmp_signed("==", b_col, c(1)))
+
+        def word_row(q):
+            at = b.gep(Bp, [b.add(b.mul(j0, Q), b.mul(q, c(LANES)))])
+            with b.if_else(whole) as (fast, slow):
+                with fast:                 # 16 contiguous words
+                    row = b.gep(B, [b.add(b.mul(q, b_row), j0)])
+                    v = b.load(b.bitcast(row, ir.PointerType(vi)), align=4)
+                    b.store(v, b.bitcast(at, ir.PointerType(vi)), align=64)
+                with slow:
+                    def column(jj):
+                        j = b.add(j0, jj)
+                        inside = b.icmp_signed("<", j, N)
+                        src = b.add(b.mul(q, b_row), b.mul(b.select(inside, j, c(0)), b_col))
+                        v = b.load(b.gep(B, [src]))
+                        b.store(b.select(inside, v, zero), b.gep(at, [jj]))
+                    loop(b, "bj", c(0), c(1), less(c(LANES)), column)
+        loop(b, "bq", c(0), c(1), less(Q), word_row)
+    loop(b, "bp", c(0), c(LANES), less(Np), pack_b)
+
+    def tile(j0, i0):                  # vpdpbusd takes the unsigned bytes first
+        word_tile(b, sums, Ap, Bp, Q, i0, j0, lambda s, a, v: b.call(
+            dot, [s, v, a] if signed_a else [s, a, v]), vi)
+        for r in range(MR):
+            i = b.add(i0, c(r))
+            with b.if_then(b.icmp_signed("<", i, M)):
+                for v in range(2):
+                    first = b.add(j0, c(v * LANES))
+                    value = b.load(sums[r * 2 + v])
+                    at = b.gep(C, [b.add(b.mul(i, ldc), first)])
+                    whole = b.icmp_signed("<=", b.add(first, c(LANES)), N)
+                    with b.if_else(whole) as (full, part):
+                        with full:
+                            b.store(value, b.bitcast(at, ir.PointerType(vi)), align=4)
+                        with part:
+                            b.store(value, b.bitcast(lanes_out, ir.PointerType(vi)),
+                                    align=4)
+                            left = b.sub(N, first)
+                            count = b.select(b.icmp_signed("<", left, c(LANES)), left,
+                                             c(LANES))
+                            loop(b, f"c{v}", c(0), c(1), less(count),
+                                 lambda jj: b.store(b.load(b.gep(lanes_out, [jj])),
+                                                    b.gep(at, [jj])))
+
+    # a panel of B at a time (it stays in L2), every row tile over it
+    loop(b, "nj", c(0), c(PANEL), less(Np),
+         lambda j0: loop(b, "mi", c(0), c(MR), less(Mp), lambda i0: tile(j0, i0)))
+    amx.free_scratch(b, raw)
+    b.ret_void()
+    return fn
+
+
+class _Form:
+    """One of the two product functions, as dot_plan.native_kernel hands them out:
+    usable(), declare(), build()."""
+
+    def __init__(self, name: str, signed_a: bool):
+        self.NAME, self.signed_a = name, signed_a
+
+    @staticmethod
+    def usable(features: str) -> bool:
+        return usable(features)
+
+    def declare(self, module: ir.Module) -> ir.Function:
+        return declare(module, self.NAME)
+
+    def build(self, module: ir.Module, allocator: str = "malloc") -> ir.Function:
+        return build(module, allocator, self.signed_a)
+
+
+UNSIGNED_A, SIGNED_A = _Form(NAME, False), _Form(NAME_SIGNED_A, True)

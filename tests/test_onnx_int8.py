@@ -1,0 +1,130 @@
+"""ONNX 8-bit integer products onto graphc's byte products (graphc/onnx/int8_products.py):
+MatMulInteger and QLinearMatMul for every pair of uint8/int8 operands and every kind
+of zero point, bit for bit against numpy's exact product; a QDQ model (quantized by
+onnxruntime.quantization) multiplies integers and agrees with onnxruntime's int8 run."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import graphc.onnx as gonnx  # noqa: E402
+
+NP = {TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
+
+
+def _model(nodes, inputs, outputs, inits=()):
+    graph = helper.make_graph(nodes, "int8", inputs, outputs, list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    return model
+
+
+def _values(rng, etype, shape):
+    lo, hi = (0, 256) if etype == TensorProto.UINT8 else (-128, 128)
+    return rng.integers(lo, hi, shape).astype(NP[etype])
+
+
+def _packed_products(exe) -> int:
+    return exe.dump("optimized").count("packed_int8=")
+
+
+@pytest.mark.parametrize("ta", [TensorProto.UINT8, TensorProto.INT8])
+@pytest.mark.parametrize("tb", [TensorProto.UINT8, TensorProto.INT8])
+@pytest.mark.parametrize("zeros", ["none", "scalar", "per row and column"])
+def test_matmul_integer_is_exact_for_every_pair_of_types(ta, tb, zeros):
+    rng = np.random.default_rng(ta * 10 + tb)
+    m, k, n = 24, 70, 40
+    a, b = _values(rng, ta, (m, k)), _values(rng, tb, (k, n))
+    inputs = ["a", "b"]
+    inits, za, zb = [], np.int64(0), np.int64(0)
+    if zeros != "none":
+        za = _values(rng, ta, (m,) if zeros != "scalar" else ())
+        zb = _values(rng, tb, (n,) if zeros != "scalar" else ())
+        inits = [numpy_helper.from_array(za, "za"), numpy_helper.from_array(zb, "zb")]
+        inputs += ["za", "zb"]
+    model = _model([helper.make_node("MatMulInteger", inputs, ["y"])],
+                   [helper.make_tensor_value_info("a", ta, [m, k]),
+                    helper.make_tensor_value_info("b", tb, [k, n])],
+                   [helper.make_tensor_value_info("y", TensorProto.INT32, [m, n])], inits)
+    exe = gonnx.compile(model)
+    got = exe(a=a, b=b)["y"]
+    za64 = np.asarray(za, np.int64).reshape(-1, 1) if np.ndim(za) else np.int64(za)
+    want = (a.astype(np.int64) - za64) @ (b.astype(np.int64) - np.asarray(zb, np.int64))
+    np.testing.assert_array_equal(got, want.astype(np.int32))
+    assert got.dtype == np.int32
+    assert _packed_products(exe) == 1
+
+
+@pytest.mark.parametrize("etype", [TensorProto.UINT8, TensorProto.INT8])
+def test_qlinear_matmul_requantizes_the_exact_product(etype):
+    """QLinearMatMul, batched (3-D @ 2-D): the integer product is exact, so the result
+    is the reference's (round half to even, saturation) bit for bit."""
+    rng = np.random.default_rng(11)
+    a, b = _values(rng, etype, (2, 16, 48)), _values(rng, etype, (48, 24))
+    sa, sb, sy = np.float32(0.02), np.float32(0.015), np.float32(0.3)
+    za, zb, zy = (_values(rng, etype, ()) for _ in range(3))
+    inits = [numpy_helper.from_array(np.asarray(v), name) for name, v in
+             (("sa", sa), ("za", za), ("sb", sb), ("zb", zb), ("sy", sy), ("zy", zy))]
+    node = helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"],
+                            ["y"])
+    model = _model([node], [helper.make_tensor_value_info("a", etype, list(a.shape)),
+                            helper.make_tensor_value_info("b", etype, list(b.shape))],
+                   [helper.make_tensor_value_info("y", etype, [2, 16, 24])], inits)
+    exe = gonnx.compile(model)
+    got = exe(a=a, b=b)["y"]
+    acc = (a.astype(np.int64) - np.int64(za)) @ (b.astype(np.int64) - np.int64(zb))
+    scaled = acc.astype(np.float32) * (sa * sb / sy)
+    lo, hi = np.iinfo(NP[etype]).min, np.iinfo(NP[etype]).max
+    want = np.clip(np.round(scaled) + np.int64(zy), lo, hi).astype(NP[etype])
+    np.testing.assert_array_equal(got, want)
+    assert _packed_products(exe) == 1
+
+
+def _dq(name, q, scale, zero, axis=None):
+    attrs = {} if axis is None else {"axis": axis}
+    return helper.make_node("DequantizeLinear", [q, scale, zero], [name], **attrs)
+
+
+def test_a_per_channel_qdq_product_multiplies_integers():
+    """MatMul(DQ(Q(x)), DQ(w)) with w per column: the exact integer product scaled once,
+    within float32 rounding of the float product of the dequantized values."""
+    rng = np.random.default_rng(12)
+    k, n = 64, 48
+    w = rng.integers(-127, 128, (k, n)).astype(np.int8)
+    sw = (rng.random(n) * 0.01 + 0.001).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "wq"), numpy_helper.from_array(sw, "sw"),
+             numpy_helper.from_array(np.zeros(n, np.int8), "zw"),
+             numpy_helper.from_array(np.float32(0.05), "sx"),
+             numpy_helper.from_array(np.uint8(100), "zx")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             _dq("xd", "xq", "sx", "zx"), _dq("wd", "wq", "sw", "zw", axis=1),
+             helper.make_node("MatMul", ["xd", "wd"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, k])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, n])], inits)
+    x = rng.standard_normal((8, k)).astype(np.float32) * 3
+    exe = gonnx.compile(model)
+    got = exe(x=x)["y"]
+    xq = np.clip(np.round(x / np.float32(0.05)) + 100, 0, 255)
+    want = ((xq - 100) * 0.05) @ (w.astype(np.float64) * sw)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert _packed_products(exe) == 1
+
+
+@pytest.mark.parametrize("activations", ["QUInt8", "QInt8"])
+def test_a_quantized_bert_style_model_agrees_with_onnxruntimes_int8_run(tmp_path,
+                                                                        activations):
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime.quantization")
+    from bench.int8 import quantized
+    from bench.onnx_models import bert
+    model, make_feeds = bert(1, seq=32, hidden=64, heads=4, layers=1)
+    rng = np.random.default_rng(0)
+    _, dst = quantized(model, make_feeds, str(tmp_path), activations)
+    feeds = make_feeds(rng)
+    want = ort.InferenceSession(dst, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    exe = gonnx.compile(onnx.load(dst))
+    got = next(iter(exe(**feeds).values()))
+    step = float(np.abs(want).max()) / 127          # one quantization step of the output
+    assert np.abs(got - want).max() <= step
+    assert _packed_products(exe) >= 6       # the four projections, two attention products
