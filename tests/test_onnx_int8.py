@@ -128,3 +128,94 @@ def test_a_quantized_bert_style_model_agrees_with_onnxruntimes_int8_run(tmp_path
     step = float(np.abs(want).max()) / 127          # one quantization step of the output
     assert np.abs(got - want).max() <= step
     assert _packed_products(exe) >= 6       # the four projections, two attention products
+
+
+def _conv_ref(x, w, stride, pad):
+    """The exact int64 convolution of centred integer images (N, C, H, W) by filters."""
+    x = np.pad(x, [(0, 0), (0, 0), (pad, pad), (pad, pad)])
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    oh, ow = (h - kh) // stride + 1, (wd - kw) // stride + 1
+    out = np.zeros((n, o, oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, :, i:i + (oh - 1) * stride + 1:stride, j:j + (ow - 1) * stride + 1:stride]
+            out += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j])
+    return out
+
+
+@pytest.mark.parametrize("etype", [TensorProto.UINT8, TensorProto.INT8])
+@pytest.mark.parametrize("kernel,stride,pad", [(3, 1, 1), (1, 1, 0), (3, 2, 1), (7, 2, 3)])
+def test_conv_integer_and_qlinear_conv_are_exact(etype, kernel, stride, pad):
+    """ConvInteger (exact int32) and QLinearConv (requantized: the reference's bits) of
+    an 8-bit image by a constant int8 filter run as byte products; the padding counts
+    as the zero point."""
+    rng = np.random.default_rng(kernel * 10 + stride)
+    x = _values(rng, etype, (2, 6, 11, 9))
+    w = rng.integers(-128, 128, (5, 6, kernel, kernel)).astype(np.int8)
+    zx = _values(rng, etype, ())
+    attrs = dict(kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4)
+    inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(zx, "zx"),
+             numpy_helper.from_array(np.int8(0), "zw")]
+    shape = list(_conv_ref(np.zeros((2, 6, 11, 9), np.int64), w, stride, pad).shape)
+    model = _model([helper.make_node("ConvInteger", ["x", "w", "zx", "zw"], ["y"], **attrs)],
+                   [helper.make_tensor_value_info("x", etype, list(x.shape))],
+                   [helper.make_tensor_value_info("y", TensorProto.INT32, shape)], inits)
+    exe = gonnx.compile(model)
+    want = _conv_ref(x.astype(np.int64) - np.int64(zx), w.astype(np.int64), stride, pad)
+    np.testing.assert_array_equal(exe(x=x)["y"], want.astype(np.int32))
+    assert _packed_products(exe) == 1
+    sx, sy = np.float32(0.05), np.float32(0.7)
+    sw = (rng.random(5) * 0.02 + 0.005).astype(np.float32)
+    bias = rng.integers(-500, 500, 5).astype(np.int32)
+    zy = _values(rng, etype, ())
+    inits += [numpy_helper.from_array(v, name) for name, v in
+              (("sx", sx), ("sw", sw), ("sy", sy), ("zy", zy), ("b", bias))]
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"],
+                            ["y"], **attrs)
+    model = _model([node], [helper.make_tensor_value_info("x", etype, list(x.shape))],
+                   [helper.make_tensor_value_info("y", etype, shape)], inits)
+    exe = gonnx.compile(model)
+    acc = (want + bias.reshape(1, -1, 1, 1)).astype(np.float32)
+    scaled = acc * (sx * sw / sy).reshape(1, -1, 1, 1)
+    lo, hi = np.iinfo(NP[etype]).min, np.iinfo(NP[etype]).max
+    expect = np.clip(np.round(scaled) + np.int64(zy), lo, hi).astype(NP[etype])
+    np.testing.assert_array_equal(exe(x=x)["y"], expect)
+    assert _packed_products(exe) == 1
+
+
+@pytest.mark.parametrize("one_d", [False, True])
+def test_a_per_channel_qdq_convolution_multiplies_integers(one_d):
+    """Conv(DQ(Q(x)), DQ(w)) (2-D, and 1-D as over audio) with w per output channel:
+    the exact integer product scaled once, within float32 rounding of the float
+    convolution of the dequantized values."""
+    rng = np.random.default_rng(13)
+    o, c, k = 8, 12, 3
+    shape_w = (o, c, k) if one_d else (o, c, k, k)
+    shape_x = (1, c, 20) if one_d else (1, c, 10, 10)
+    w = rng.integers(-127, 128, shape_w).astype(np.int8)
+    sw = (rng.random(o) * 0.01 + 0.001).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "wq"), numpy_helper.from_array(sw, "sw"),
+             numpy_helper.from_array(np.zeros(o, np.int8), "zw"),
+             numpy_helper.from_array(np.float32(0.04), "sx"),
+             numpy_helper.from_array(np.uint8(90), "zx")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             _dq("xd", "xq", "sx", "zx"), _dq("wd", "wq", "sw", "zw", axis=0),
+             helper.make_node("Conv", ["xd", "wd"], ["y"], pads=[1, 1] * (1 if one_d else 2))]
+    out = [1, o] + [s for s in shape_x[2:]]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape_x))],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], inits)
+    x = rng.standard_normal(shape_x).astype(np.float32) * 2
+    exe = gonnx.compile(model)
+    got = exe(x=x)["y"]
+    xq = np.clip(np.round(x / np.float32(0.04)) + 90, 0, 255).astype(np.int64) - 90
+    w4 = w[:, :, None] if one_d else w
+    x4 = xq[:, :, None] if one_d else xq
+    if one_d:       # pad only along the row
+        x4 = np.pad(x4, [(0, 0), (0, 0), (0, 0), (1, 1)])
+        want = _conv_ref(x4, w4.astype(np.int64), 1, 0)
+    else:
+        want = _conv_ref(x4, w4.astype(np.int64), 1, 1)
+    want = (want * 0.04 * sw.reshape(1, -1, 1, 1).astype(np.float64)).reshape(got.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert _packed_products(exe) == 1

@@ -21,32 +21,27 @@ from graphc.tensor import bind
 from .int8_products import INT8, UINT8, Dequantized, constant_value, shifted
 
 
-def quantized_conv(x: Dequantized, w: Dequantized, strides, pads, dilations,
-                   groups: int) -> gc.Tensor | None:
-    """The float32 convolution (N, O, OH, OW) of 2-D images x (N, C, H, W) by filters w
-    (O, C, kH, kW) as an integer product, or None where it is not of the kind above."""
-    per_tensor = lambda v: v is None or v.ndim == 0 or v.size == 1   # noqa: E731
-    if groups != 1 or x.q.ndim != 4 or w.q.ndim != 4 or x.etype not in (UINT8, INT8) or \
-            w.etype != INT8 or not (per_tensor(x.scale) and per_tensor(x.zero)):
+def exact_conv(xq: gc.Tensor, x_type: int, zx, wq: np.ndarray, strides, pads,
+               dilations) -> gc.Tensor | None:
+    """conv(xq - zx, wq) in int32 (N, O, OH, OW), exact: xq (N, C, H, W) int32 holding
+    8-bit values of ONNX type x_type, zx a per-tensor zero point (a number), wq the
+    filter's values (O, C, kH, kW) already centred, each in -128..127. None where the
+    geometry is not of this kind (negative padding)."""
+    if xq.ndim != 4 or wq.ndim != 4 or x_type not in (UINT8, INT8) or \
+            wq.min(initial=0) < -128 or wq.max(initial=0) > 127 or \
+            any(lo < 0 or hi < 0 for lo, hi in pads):
         return None
-    if not (per_tensor(w.scale) or w.axis == 0) or w.scale.dtype != "float32" or \
-            x.scale.dtype != "float32" or any(lo < 0 or hi < 0 for lo, hi in pads):
-        return None
-    wq, zx = constant_value(w.q), constant_value(x.zero) if x.zero is not None else 0
-    if wq is None or zx is None or (w.zero is not None and
-                                    np.any(constant_value(w.zero) != 0)):
-        return None
-    n, c, h, wd = x.q.shape
+    n, c, h, wd = xq.shape
     o, _, kh, kw = wq.shape
-    oa = 128 if x.etype == INT8 else 0          # int8 images as uint8: x + 128
-    cx = int(np.asarray(zx).reshape(())) + oa
+    oa = 128 if x_type == INT8 else 0           # int8 images as uint8: x + 128
+    cx = int(zx) + oa
     hp, wp = h + sum(pads[0]), wd + sum(pads[1])
     (sh, sw_), (dh, dw) = strides, dilations
     oh, ow = (hp - (kh - 1) * dh - 1) // sh + 1, (wp - (kw - 1) * dw - 1) // sw_ + 1
     if oh < 1 or ow < 1:
         return None
     # the image's words: four channels a word (their bytes), padded with cx's word
-    xw = gc.pack_bytes(shifted(x.q, oa), 1)
+    xw = gc.pack_bytes(shifted(xq, oa), 1)
     if any(lo or hi for lo, hi in pads):
         word = int(np.array(cx * 0x01010101, np.int64).astype(np.uint32).view(np.int32))
         xw = gc.pad(xw, [(0, 0), (0, 0), tuple(pads[0]), tuple(pads[1])],
@@ -68,9 +63,62 @@ def quantized_conv(x: Dequantized, w: Dequantized, strides, pads, dilations,
     if cx:
         sums = taps.reshape(o, -1).sum(axis=1)
         acc = acc - gc.constant((cx * sums).astype(np.int32).reshape(1, o, 1))
+    return gc.reshape(acc, (n, o, oh, ow))
+
+
+def _centred_filter(wq, zw):
+    """The constant filter minus its zero point (a number, or per output channel) as
+    int64, or None where either is not constant."""
+    w, z = constant_value(wq), constant_value(zw) if zw is not None else np.int64(0)
+    if w is None or z is None:
+        return None
+    z = np.asarray(z, np.int64)
+    return w.astype(np.int64) - (z.reshape((-1,) + (1,) * (w.ndim - 1)) if z.size > 1
+                                 else z.reshape(()))
+
+
+def quantized_conv(x: Dequantized, w: Dequantized, strides, pads, dilations,
+                   groups: int) -> gc.Tensor | None:
+    """The float32 convolution (N, O, OH, OW) of 2-D images x (N, C, H, W) by filters w
+    (O, C, kH, kW) as an integer product, or None where it is not of the kind above."""
+    per_tensor = lambda v: v is None or v.ndim == 0 or v.size == 1   # noqa: E731
+    if groups != 1 or not (per_tensor(x.scale) and per_tensor(x.zero)) or \
+            not (per_tensor(w.scale) or w.axis == 0) or w.scale.dtype != "float32" or \
+            x.scale.dtype != "float32" or w.etype != INT8:
+        return None
+    wq, zx = _centred_filter(w.q, w.zero), constant_value(x.zero) if x.zero is not None else 0
+    if wq is None or zx is None:
+        return None
+    acc = exact_conv(x.q, x.etype, np.asarray(zx).reshape(()), wq, strides, pads, dilations)
+    if acc is None:
+        return None
+    o = wq.shape[0]
     scale = gc.reshape(x.scale, ()) * (gc.reshape(w.scale, ()) if per_tensor(w.scale)
-                                       else gc.reshape(w.scale, (1, o, 1)))
-    return gc.reshape(gc.cast(acc, "float32") * scale, (n, o, oh, ow))
+                                       else gc.reshape(w.scale, (1, o, 1, 1)))
+    return gc.cast(acc, "float32") * scale
+
+
+def integer_conv(ctx, x: gc.Tensor, zx, w, zw, attrs) -> gc.Tensor | None:
+    """ConvInteger's and QLinearConv's exact int32 convolution (N, O, *spatial) of the
+    node's 8-bit image x (input 0) by its constant filter w, zero points zx (a constant
+    per-tensor one) and zw, as exact_conv; None where it is not of that kind."""
+    x_type = ctx.operand_types[0] if ctx.operand_types else None
+    wq, z = _centred_filter(w, zw), constant_value(zx) if zx is not None else 0
+    if x_type is None or wq is None or z is None or np.size(z) != 1 or \
+            not isinstance(x, gc.Tensor) or x.dtype != "int32" or \
+            attrs.get("group", 1) != 1 or x.ndim not in (3, 4) or wq.ndim != x.ndim:
+        return None
+    from .ops_pool import geometry
+    kernel = list(attrs.get("kernel_shape", wq.shape[2:]))
+    begin, end, _, _, strides, dil = geometry(x.shape[2:], kernel, dict(attrs, ceil_mode=0))
+    pads = list(zip(begin, end))
+    if x.ndim == 3:                       # one row of the 2-D form
+        x, wq = gc.reshape(x, x.shape[:2] + (1,) + x.shape[2:]), wq[:, :, None]
+        strides, dil, pads = [1] + strides, [1] + dil, [(0, 0)] + pads
+    acc = exact_conv(x, x_type, np.asarray(z).reshape(()), wq, strides, pads, dil)
+    if acc is None or len(kernel) == 2:
+        return acc
+    return gc.reshape(acc, acc.shape[:2] + acc.shape[3:])
 
 
 def dequantized_conv(ctx, strides, pads, dilations, groups: int, one_d: bool):
@@ -79,8 +127,12 @@ def dequantized_conv(ctx, strides, pads, dilations, groups: int, one_d: bool):
     dx, dw = (ctx.dequantized.get(name) for name in ctx.node.input[:2])
     if dx is None or dw is None:
         return None
-    if one_d:
-        row = lambda d: Dequantized(gc.reshape(d.q, d.q.shape[:2] + (1,) + d.q.shape[2:]),  # noqa: E731
-                                    d.etype, d.scale, d.zero, d.axis)
-        dx, dw = row(dx), row(dw)
+    if one_d:                      # the image and the filter (a constant) as one row
+        value = constant_value(dw.q)
+        if value is None:
+            return None
+        dx = Dequantized(gc.reshape(dx.q, dx.q.shape[:2] + (1,) + dx.q.shape[2:]),
+                         dx.etype, dx.scale, dx.zero, dx.axis)
+        dw = Dequantized(gc.constant(value[:, :, None]), dw.etype, dw.scale, dw.zero,
+                         dw.axis)
     return quantized_conv(dx, dw, strides, pads, dilations, groups)

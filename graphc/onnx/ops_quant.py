@@ -8,6 +8,7 @@ import numpy as np
 import graphc as gc
 
 from . import dtypes as odt
+from .int8_conv import integer_conv
 from .int8_products import Dequantized, exact_product
 from .registry import CONVERTERS, op
 
@@ -170,6 +171,9 @@ def _conv_f64(ctx, x, w, at):
 @op("ConvInteger")
 def _conv_integer(ctx, a, at):
     a = list(a) + [None] * (4 - len(a))
+    acc = integer_conv(ctx, a[0], a[2], a[1], a[3], at)
+    if acc is not None:
+        return acc
     x = _centered(ctx, a[0], a[2], 1, np.ndim(a[0]) if not isinstance(a[0], gc.Tensor)
                   else a[0].ndim)
     w = _centered(ctx, a[1], a[3], 0, np.ndim(a[1]) if not isinstance(a[1], gc.Tensor)
@@ -198,13 +202,15 @@ def _qlinear_matmul(ctx, a, at):
 @op("QLinearConv")
 def _qlinear_conv(ctx, a, at):
     a = list(a) + [None] * (9 - len(a))
-    x = _centered(ctx, a[0], a[2], 1, a[0].ndim if isinstance(a[0], gc.Tensor) else
-                  np.ndim(a[0]))
-    w = _centered(ctx, a[3], a[5], 0, a[3].ndim if isinstance(a[3], gc.Tensor) else
-                  np.ndim(a[3]))
-    acc = _conv_f64(ctx, x, w, at)
+    acc = integer_conv(ctx, a[0], a[2], a[3], a[5], at)      # exact int32, or None
+    if acc is None:
+        x = _centered(ctx, a[0], a[2], 1, a[0].ndim if isinstance(a[0], gc.Tensor) else
+                      np.ndim(a[0]))
+        w = _centered(ctx, a[3], a[5], 0, a[3].ndim if isinstance(a[3], gc.Tensor) else
+                      np.ndim(a[3]))
+        acc = _conv_f64(ctx, x, w, at)
     if a[8] is not None:
-        acc = acc + gc.reshape(gc.cast(ctx.tensor(a[8]), "float64"), (1, -1) + (1,) *
+        acc = acc + gc.reshape(gc.cast(ctx.tensor(a[8]), acc.dtype), (1, -1) + (1,) *
                                (acc.ndim - 2))
     sx, sw, sy = (gc.cast(ctx.tensor(v), "float32") for v in (a[1], a[4], a[6]))
     if sw.ndim == 1 and sw.size > 1:
