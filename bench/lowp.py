@@ -11,6 +11,9 @@ issue's target: at least 1.6x), and torch bfloat16 time / graphc bfloat16 time
 (> 1: graphc faster). Shapes: a square 1024 product, BERT-base's projections (sequence
 128 x 768 -> 768 and -> 3072) at batch 8, and a 2048 square product.
 
+`--int8`: the int8 models instead (bench/int8.py: quantized ResNet-50-, MobileNetV2- and
+BERT-base-sized models against graphc's float32 and onnxruntime's int8 run).
+
 Training steps, `precision="bf16"` (products and convolutions in bfloat16, float32
 master weights and Adam state) against the same step in float32: W5 (MLP 784-512-512-10,
 batch 256) and W8 (digits-sized CNN, 8 and 16 channels, 28 x 28, batch 64) of
@@ -101,7 +104,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeat", type=int, default=15)
     p.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     p.add_argument("--no-training", action="store_true", help="the products only")
+    p.add_argument("--int8", action="store_true",
+                   help="int8 models against float32 and onnxruntime's int8 (bench.int8)")
     args = p.parse_args(argv)
+    if args.int8:
+        from . import int8
+        return int8.main([])
     from graphc.backends.cpu.dot_plan import native_bf16
     from graphc_runtime.host import host_features
     bf16 = gc.ir.dtypes.to_numpy("bfloat16")
