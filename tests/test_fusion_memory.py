@@ -30,6 +30,22 @@ def test_layer_norm_is_at_most_two_kernels(graph):
     assert exe.stats["kernels"] <= 2
 
 
+def test_a_whole_tensor_reduction_leaves_its_full_size_consumers_to_loop_kernels(graph):
+    """x / max|x| over 256 x 1024: the one-row reduction is a kernel of its own, the
+    division over every element a loop kernel the threads share (a single row kernel
+    would run both on one thread); a small tensor keeps the one row kernel."""
+    x = gc.placeholder((256, 1024), name="x")
+    exe = check_compiled(x / gc.max(gc.abs(x)), {"x": rand((256, 1024))})
+    kernels = {k["kernel"].split("_")[1]: k for k in exe.stats["kernel_bytes"]}
+    assert set(kernels) == {"row", "loop"}
+    assert kernels["row"]["written"] == 4                   # the maximum alone
+    assert kernels["loop"]["written"] == 256 * 1024 * 4     # every element, shared
+    with gc.Graph():
+        y = gc.placeholder((64, 64), name="y")
+        small = check_compiled(y / gc.max(gc.abs(y)), {"y": rand((64, 64))})
+    assert small.stats["kernels"] == 1
+
+
 def test_gelu_chain_is_one_kernel(graph):
     x = gc.placeholder((64, 64), name="x")
     a = gc.placeholder((64,), name="a")

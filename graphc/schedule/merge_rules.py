@@ -88,7 +88,29 @@ def compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False) 
         return False
     shape, axes = sigs.pop()
     kept = tuple(n for d, n in enumerate(shape) if d not in axes)
+    if _one_long_row(shape, kept) and any(r.shape == shape for g in (a, b) for r in g.roots):
+        return False
     return all(r.shape in (shape, kept) for g in (a, b) for r in g.roots)
+
+
+SERIAL_ROW_LIMIT = 1 << 15    # elements of a whole-tensor reduction's one row up to which
+# it stays one row kernel with what it computes over that domain (one thread runs a row)
+
+
+def _one_long_row(shape, kept) -> bool:
+    """Whether a reduction has one row (of the whole tensor) longer than SERIAL_ROW_LIMIT:
+    its producers and consumers over the full domain then stay loop kernels the threads
+    share, not passes of one thread's row (DynamicQuantizeLinear's min and max over a
+    128 x 3072 activation: its GELU and quantize ran on one thread, twice over)."""
+    if not all(isinstance(n, int) for n in tuple(shape) + tuple(kept)):
+        return False
+    size = 1
+    for n in shape:
+        size *= n
+    rows = 1
+    for n in kept:
+        rows *= n
+    return rows == 1 and size > SERIAL_ROW_LIMIT
 
 
 def _windows_into(g: Group, target: Group) -> bool:
