@@ -18,7 +18,7 @@ import numpy as np
 import graphc as gc
 from graphc.tensor import bind
 
-from .int8_products import INT8, UINT8, Dequantized, constant_value, shifted
+from .int8_products import INT8, UINT8, Dequantized, constant_value, per_tensor, shifted
 
 
 def exact_conv(xq: gc.Tensor, x_type: int, zx, wq: np.ndarray, strides, pads,
@@ -81,7 +81,6 @@ def quantized_conv(x: Dequantized, w: Dequantized, strides, pads, dilations,
                    groups: int) -> gc.Tensor | None:
     """The float32 convolution (N, O, OH, OW) of 2-D images x (N, C, H, W) by filters w
     (O, C, kH, kW) as an integer product, or None where it is not of the kind above."""
-    per_tensor = lambda v: v is None or v.ndim == 0 or v.size == 1   # noqa: E731
     if groups != 1 or not (per_tensor(x.scale) and per_tensor(x.zero)) or \
             not (per_tensor(w.scale) or w.axis == 0) or w.scale.dtype != "float32" or \
             x.scale.dtype != "float32" or w.etype != INT8:
@@ -92,10 +91,7 @@ def quantized_conv(x: Dequantized, w: Dequantized, strides, pads, dilations,
     acc = exact_conv(x.q, x.etype, np.asarray(zx).reshape(()), wq, strides, pads, dilations)
     if acc is None:
         return None
-    o = wq.shape[0]
-    scale = gc.reshape(x.scale, ()) * (gc.reshape(w.scale, ()) if per_tensor(w.scale)
-                                       else gc.reshape(w.scale, (1, o, 1, 1)))
-    return gc.cast(acc, "float32") * scale
+    return gc.cast(acc, "float32") * w.scale_with(x, (1, -1, 1, 1))
 
 
 def integer_conv(ctx, x: gc.Tensor, zx, w, zw, attrs) -> gc.Tensor | None:

@@ -38,19 +38,28 @@ class Dequantized:
             return None
         return Dequantized(self.q.T, self.etype, self.scale, self.zero, 1 - self.axis)
 
+    def scale_with(self, x: "Dequantized", channels: tuple) -> gc.Tensor:
+        """x's per-tensor scale times this weight's: a scalar, or its per-channel
+        scales reshaped to `channels` (where they broadcast against the product)."""
+        mine = gc.reshape(self.scale, ()) if per_tensor(self.scale) else \
+            gc.reshape(self.scale, channels)
+        return gc.reshape(x.scale, ()) * mine
+
+
+def per_tensor(v) -> bool:
+    """Whether a scale or zero point is absent or one value."""
+    return v is None or v.ndim == 0 or v.size == 1
+
 
 def _zero_free(v) -> bool:
     """Whether zero point v is absent or a constant of zeros."""
-    if v is None:
-        return True
-    node = v.node
-    return node.op == "constant" and not np.any(node.attrs["value"])
+    value = None if v is None else constant_value(v)
+    return v is None or value is not None and not np.any(value)
 
 
-def _along(v: gc.Tensor, axis: int, ndim: int) -> gc.Tensor:
-    """A scalar or 1-D zero point as an int32 tensor broadcasting along `axis` of ndim."""
-    v = gc.cast(v, "int32")
-    if v.ndim == 0 or v.size == 1:
+def along(v: gc.Tensor, axis: int, ndim: int) -> gc.Tensor:
+    """A scalar or 1-D scale or zero point broadcasting along `axis` of ndim."""
+    if per_tensor(v):
         return gc.reshape(v, ())
     shape = [1] * ndim
     shape[axis] = v.shape[0]
@@ -69,8 +78,9 @@ def shifted(v: gc.Tensor, shift: int) -> gc.Tensor:
     """v + shift (a constant's computed here, so it stays a constant)."""
     if not shift:
         return v
-    if v.node.op == "constant":
-        return gc.constant((np.asarray(v.node.attrs["value"]) + shift).astype(np.int32))
+    value = constant_value(v)
+    if value is not None:
+        return gc.constant((value + shift).astype(np.int32))
     return v + np.int32(shift)
 
 
@@ -83,9 +93,10 @@ def constant_value(v) -> np.ndarray | None:
 
 def _sums(v: gc.Tensor, axis: int) -> gc.Tensor:
     """v summed along axis (kept): of a constant (a weight), summed once here."""
-    if v.node.op == "constant":
-        value = np.asarray(v.node.attrs["value"], np.int64)
-        return gc.constant(value.sum(axis=axis, keepdims=True).astype(np.int32))
+    value = constant_value(v)
+    if value is not None:
+        return gc.constant(value.astype(np.int64).sum(axis=axis, keepdims=True)
+                           .astype(np.int32))
     return gc.sum(v, axis=axis, keepdims=True)
 
 
@@ -98,8 +109,10 @@ def exact_product(a: gc.Tensor, ta: int, za, b: gc.Tensor, tb: int, zb) -> gc.Te
     oa, ob = (128 if ta == INT8 else 0), (128 if tb == UINT8 else 0)
     a1, b1 = shifted(a, oa), shifted(b, -ob)
     acc = gc.matmul_8bit(a1, b1)
-    ca = _offset(None if _zero_free(za) else _along(za, a.ndim - 2, a.ndim), oa)
-    cb = _offset(None if _zero_free(zb) else _along(zb, b.ndim - 1, b.ndim), -ob)
+    ca = _offset(None if _zero_free(za) else along(gc.cast(za, "int32"), a.ndim - 2, a.ndim),
+                 oa)
+    cb = _offset(None if _zero_free(zb) else along(gc.cast(zb, "int32"), b.ndim - 1, b.ndim),
+                 -ob)
     if ca is not None:
         acc = acc - ca * _sums(b1, -2)
     if cb is not None:
@@ -113,7 +126,6 @@ def quantized_matmul(x: Dequantized, w: Dequantized) -> gc.Tensor | None:
     """MatMul(DequantizeLinear(x), DequantizeLinear(w)) in float32 as the exact integer
     product scaled once, where x is per-tensor and w per-tensor or (2-D) per column;
     None otherwise (the float product of the dequantized values)."""
-    per_tensor = lambda v: v is None or v.ndim == 0 or v.size == 1   # noqa: E731
     if x.q.ndim < 2 or w.q.ndim < 2 or not (per_tensor(x.scale) and per_tensor(x.zero)):
         return None
     if not (per_tensor(w.scale) and per_tensor(w.zero) or w.q.ndim == 2 and w.axis == 1):
@@ -123,9 +135,7 @@ def quantized_matmul(x: Dequantized, w: Dequantized) -> gc.Tensor | None:
     acc = exact_product(x.q, x.etype, x.zero, w.q, w.etype, w.zero)
     if acc is None:
         return None
-    scale = gc.reshape(x.scale, ()) * (gc.reshape(w.scale, ()) if per_tensor(w.scale)
-                                       else w.scale)
-    return gc.cast(acc, "float32") * scale
+    return gc.cast(acc, "float32") * w.scale_with(x, (-1,))
 
 
 def dequantized_product(ctx, x, w, trans_w: bool = False) -> gc.Tensor:

@@ -9,7 +9,7 @@ import graphc as gc
 
 from . import dtypes as odt
 from .int8_conv import integer_conv
-from .int8_products import Dequantized, exact_product
+from .int8_products import Dequantized, along, exact_product, per_tensor
 from .registry import CONVERTERS, op
 
 UINT8 = 2
@@ -56,15 +56,11 @@ def _bitwise_not(ctx, a, at):
 def _per_axis(ctx, v, x, axis, block):
     """A scale or zero point broadcast against x: scalar, 1-D along `axis`, or blocked."""
     v = ctx.tensor(v)
-    if v.ndim == 0 or v.size == 1:
-        return gc.reshape(v, ())
     axis = axis + x.ndim if axis < 0 else axis
-    if block:
+    if block and not per_tensor(v):
         idx = ctx.tensor(np.arange(x.shape[axis]) // block)
         return gc.take(v, idx, axis=axis)
-    shape = [1] * x.ndim
-    shape[axis] = v.shape[0]
-    return gc.reshape(v, tuple(shape))
+    return along(v, axis, x.ndim)
 
 
 def _out_type(ctx, at, zp_index):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from graphc_runtime.dims import prod
+
 from ..ir.graph import Node
 from ..kernels import kernel as K
 
@@ -102,15 +104,9 @@ def _one_long_row(shape, kept) -> bool:
     its producers and consumers over the full domain then stay loop kernels the threads
     share, not passes of one thread's row (DynamicQuantizeLinear's min and max over a
     128 x 3072 activation: its GELU and quantize ran on one thread, twice over)."""
-    if not all(isinstance(n, int) for n in tuple(shape) + tuple(kept)):
+    if not all(isinstance(n, int) for n in shape):
         return False
-    size = 1
-    for n in shape:
-        size *= n
-    rows = 1
-    for n in kept:
-        rows *= n
-    return rows == 1 and size > SERIAL_ROW_LIMIT
+    return prod(kept) == 1 and prod(shape) > SERIAL_ROW_LIMIT
 
 
 def _windows_into(g: Group, target: Group) -> bool:

@@ -151,27 +151,33 @@ def declare(module: ir.Module) -> ir.Function:
     return ir.Function(module, signature(), NAME)
 
 
-def _unpacked_product(b: ir.IRBuilder, args, acc) -> None:
-    """C = A @ B read where the operands lie, one element of C at a time (float32 sums
-    over K in order, rounded to bfloat16 once): the product when the heap has no room
-    for the packed copies. Slow, never wrong, never a crash."""
+def unpacked_product(b: ir.IRBuilder, args, acc, add, result=lambda v: v) -> None:
+    """C = A @ B read where the operands lie, one element of C at a time, summed over K
+    in order in the `acc` slot (add(sum, a, b) -> the new sum; result(sum) -> what C
+    holds): the product when the heap has no room for the packed copies. Slow, never
+    wrong, never a crash."""
     M, N, Kd, A, a_row, a_col, B, b_row, b_col, C, ldc = args
     c = lambda v: ir.Constant(I64, v)
-    f32 = ir.FloatType()
-    widen = lambda v: b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), f32)
     less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))
 
     def element(i, j):
-        b.store(ir.Constant(f32, 0.0), acc)
+        b.store(ir.Constant(acc.type.pointee, 0), acc)
 
         def term(k):
-            x = widen(b.load(b.gep(A, [b.add(b.mul(i, a_row), b.mul(k, a_col))])))
-            y = widen(b.load(b.gep(B, [b.add(b.mul(k, b_row), b.mul(j, b_col))])))
-            b.store(b.fadd(b.load(acc), b.fmul(x, y)), acc)
+            x = b.load(b.gep(A, [b.add(b.mul(i, a_row), b.mul(k, a_col))]))
+            y = b.load(b.gep(B, [b.add(b.mul(k, b_row), b.mul(j, b_col))]))
+            b.store(add(b.load(acc), x, y), acc)
         loop(b, "uk", c(0), c(1), less(Kd), term)
-        b.store(f32_to_bf16(b, b.load(acc)), b.gep(C, [b.add(b.mul(i, ldc), j)]))
+        b.store(result(b.load(acc)), b.gep(C, [b.add(b.mul(i, ldc), j)]))
     loop(b, "ui", c(0), c(1), less(M),
          lambda i: loop(b, "uj", c(0), c(1), less(N), lambda j: element(i, j)))
+
+
+def _unpacked_product(b: ir.IRBuilder, args, acc) -> None:
+    """The bfloat16 unpacked product: float32 sums, rounded to bfloat16 once."""
+    widen = lambda v: b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), ir.FloatType())
+    unpacked_product(b, args, acc, lambda s, x, y: b.fadd(s, b.fmul(widen(x), widen(y))),
+                     lambda s: f32_to_bf16(b, s))
 
 
 def product_function(module: ir.Module, name: str, element: ir.Type = I16,
@@ -190,7 +196,7 @@ def packed_scratch(b: ir.IRBuilder, fn: ir.Function, size, allocator: str, acc, 
                    unpacked=None):
     """(the heap block, its first 64-byte aligned address as a `ty` pointer) for the
     packed copies, `size` bytes from `allocator`; where it returns NULL the product runs
-    unpacked (`unpacked(b, fn.args, acc)`, by default _unpacked_product's bfloat16 one)
+    unpacked (`unpacked(b, fn.args, acc)`, by default the bfloat16 _unpacked_product)
     and the function returns."""
     i8p = ir.PointerType(I8)
     module = fn.module
@@ -202,6 +208,23 @@ def packed_scratch(b: ir.IRBuilder, fn: ir.Function, size, allocator: str, acc, 
         b.ret_void()
     aligned = b.and_(b.add(b.ptrtoint(raw, I64), ir.Constant(I64, 63)), ir.Constant(I64, -64))
     return raw, b.inttoptr(aligned, ir.PointerType(ty))
+
+
+def word_panels(b: ir.IRBuilder, fn: ir.Function, steps, rows: int, panel: int,
+                allocator: str, acc, unpacked=None):
+    """The packed copies of the 32-bit word products (bf16_pairs.py, vnni.py) in one heap
+    block (packed_scratch): A's words, a row per `steps` words with the rows padded to
+    a multiple of `rows`; then B's, 64-byte aligned, in 16-word panels with the columns
+    padded to a multiple of `panel`. Returns (raw, A's words, B's words, the padded
+    rows, the padded columns) as i32 pointers and i64 values."""
+    M, N = fn.args[0], fn.args[1]
+    c = lambda v: ir.Constant(I64, v)
+    up = lambda n, m: b.mul(b.sdiv(b.add(n, c(m - 1)), c(m)), c(m))
+    Mp, Np = up(M, rows), up(N, panel)
+    a_words = up(b.mul(Mp, steps), 16)          # B's panels start 64-byte aligned
+    size = b.mul(b.add(a_words, b.mul(Np, steps)), c(4))
+    raw, base = packed_scratch(b, fn, size, allocator, acc, I32, unpacked)
+    return raw, base, b.gep(base, [a_words]), Mp, Np
 
 
 def free_scratch(b: ir.IRBuilder, raw) -> None:

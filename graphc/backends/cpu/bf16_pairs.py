@@ -62,13 +62,8 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
     sums = [b.alloca(vf, name=f"sum{k}") for k in range(2 * MR)]   # in the entry block
     c = lambda v: ir.Constant(I64, v)                         # noqa: E731
     less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))  # noqa: E731
-    up = lambda n, m: b.mul(b.sdiv(b.add(n, c(m - 1)), c(m)), c(m))  # noqa: E731
     P = b.sdiv(b.add(Kd, c(1)), c(2))
-    Mp, Np = up(M, MR), up(N, PANEL)
-    a_words = up(b.mul(Mp, P), LANES)          # B's panels start 64-byte aligned
-    size = b.mul(b.add(a_words, b.mul(Np, P)), c(4))
-    raw, base = amx.packed_scratch(b, fn, size, allocator, acc, I32)
-    Ap, Bp = base, b.gep(base, [a_words])
+    raw, Ap, Bp, Mp, Np = amx.word_panels(b, fn, P, MR, PANEL, allocator, acc)
 
     def pair(src, inside, ks, index_of):
         """The 32-bit word of src's bfloat16 values at index_of(k) for the two k of ks

@@ -55,24 +55,10 @@ def declare(module: ir.Module, name: str = NAME) -> ir.Function:
 
 
 def _unpacked_product(b: ir.IRBuilder, args, acc, signed_a: bool = False) -> None:
-    """C = A @ B read where the operands lie, int32 sums one element of C at a time:
-    the product when the heap has no room for the packed copies."""
-    M, N, Kd, A, a_row, a_col, B, b_row, b_col, C, ldc = args
-    c = lambda v: ir.Constant(I64, v)                               # noqa: E731
-    less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))   # noqa: E731
-
-    def element(i, j):
-        b.store(ir.Constant(I32, 0), acc)
-
-        def term(k):
-            x = b.load(b.gep(A, [b.add(b.mul(i, a_row), b.mul(k, a_col))]))
-            y = b.load(b.gep(B, [b.add(b.mul(k, b_row), b.mul(j, b_col))]))
-            terms = byte_products(b, y, x) if signed_a else byte_products(b, x, y)
-            b.store(b.add(b.load(acc), terms), acc)
-        loop(b, "uk", c(0), c(1), less(Kd), term)
-        b.store(b.load(acc), b.gep(C, [b.add(b.mul(i, ldc), j)]))
-    loop(b, "ui", c(0), c(1), less(M),
-         lambda i: loop(b, "uj", c(0), c(1), less(N), lambda j: element(i, j)))
+    """The 8-bit unpacked product (amx.unpacked_product): int32 sums of byte products,
+    the unsigned bytes first."""
+    amx.unpacked_product(b, args, acc, lambda s, x, y: b.add(
+        s, byte_products(b, y, x) if signed_a else byte_products(b, x, y)))
 
 
 def build(module: ir.Module, allocator: str = "malloc", signed_a: bool = False) -> ir.Function:
@@ -87,14 +73,9 @@ def build(module: ir.Module, allocator: str = "malloc", signed_a: bool = False) 
     sums = [b.alloca(vi, name=f"sum{k}") for k in range(2 * MR)]   # in the entry block
     c = lambda v: ir.Constant(I64, v)                         # noqa: E731
     less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))  # noqa: E731
-    up = lambda n, m: b.mul(b.sdiv(b.add(n, c(m - 1)), c(m)), c(m))  # noqa: E731
-    Mp, Np = up(M, MR), up(N, PANEL)
-    a_words = up(b.mul(Mp, Q), LANES)          # B's panels start 64-byte aligned
-    size = b.mul(b.add(a_words, b.mul(Np, Q)), c(4))
-    raw, base = amx.packed_scratch(
-        b, fn, size, allocator, acc, I32,
+    raw, Ap, Bp, Mp, Np = amx.word_panels(
+        b, fn, Q, MR, PANEL, allocator, acc,
         lambda b_, args, acc_: _unpacked_product(b_, args, acc_, signed_a))
-    Ap, Bp = base, b.gep(base, [a_words])
     zero = ir.Constant(I32, 0)
 
     def pack_a(i):

@@ -87,12 +87,11 @@ def twin_buffers(kern, offsets) -> dict:
     of the same dtype (a result computed in place of an operand): each id -> the first
     twin's id. A backend may read and write both through one pointer: one array to
     LLVM, whose loops then vectorize, not two arrays that may overlap."""
-    first, out = {}, {}
+    same: dict = {}             # (offset, bytes, dtype) -> the ids there, first first
     for b in _temps(kern, offsets):
         if isinstance(offsets[b.id], int) and isinstance(b.nbytes, int):
-            key = (offsets[b.id], b.nbytes, b.dtype)
-            out[b.id] = first.setdefault(key, b.id)
-    return {k: v for k, v in out.items() if k != v or list(out.values()).count(v) > 1}
+            same.setdefault((offsets[b.id], b.nbytes, b.dtype), []).append(b.id)
+    return {i: ids[0] for ids in same.values() if len(ids) > 1 for i in ids}
 
 
 def aliased_buffers(kern, offsets, twins: dict | None = None) -> set:
