@@ -140,7 +140,8 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
         entry = fn.append_basic_block("entry")
         builder = ir.IRBuilder(entry)
         args = {b.id: arg for arg, b in zip(fn.args, bufs)}
-        em = Emitter(self, builder, {b.id: (args[twins.get(b.id, b.id)], b) for b in bufs}, fn)
+        em = Emitter(self, builder, {b.id: (self._twin(builder, args, twins, b.id), b)
+                                     for b in bufs}, fn)
         em.symbols = dict(zip(self.symbols, fn.args[len(bufs):len(bufs) + len(self.symbols)]))
         if split is not None:
             em.bounds[split.name] = (fn.args[-2], fn.args[-1])
@@ -197,6 +198,13 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
             return fn
         del self.module.globals[fn.name]
         return earlier
+
+    @staticmethod
+    def _twin(builder, args: dict, twins: dict, bid: int):
+        """Buffer `bid`'s pointer: its first twin's argument (as a pointer to its own element
+        type where the twin's differs), or its own."""
+        p = args[twins.get(bid, bid)]
+        return p if p.type == args[bid].type else builder.bitcast(p, args[bid].type)
 
     def _chained(self, fn, bufs, f_fn, f_bufs, index: int, block: int, name: str):
         """A function over both kernels' buffers, the symbols and (begin, end) that runs

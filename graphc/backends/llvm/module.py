@@ -10,6 +10,7 @@ import llvmlite.ir as ir
 
 from graphc_runtime.dims import Undecidable
 
+from ...ir.dtypes import itemsize
 from ...ir.primitive import lookup
 from .types import F32, _mangle
 
@@ -84,13 +85,14 @@ def _temps(kern, offsets) -> list:
 
 def twin_buffers(kern, offsets) -> dict:
     """Temp buffers of this kernel at exactly the arena range of another of its buffers,
-    of the same dtype (a result computed in place of an operand): each id -> the first
-    twin's id. A backend may read and write both through one pointer: one array to
-    LLVM, whose loops then vectorize, not two arrays that may overlap."""
-    same: dict = {}             # (offset, bytes, dtype) -> the ids there, first first
+    of the same element size (a result computed in place of an operand, maybe of another
+    dtype: int32 from float32): each id -> the first twin's id. A backend may read and
+    write both through one pointer: one array to LLVM, whose loops then vectorize, not
+    two arrays that may overlap."""
+    same: dict = {}             # (offset, bytes, element size) -> the ids there, first first
     for b in _temps(kern, offsets):
         if isinstance(offsets[b.id], int) and isinstance(b.nbytes, int):
-            same.setdefault((offsets[b.id], b.nbytes, b.dtype), []).append(b.id)
+            same.setdefault((offsets[b.id], b.nbytes, itemsize(b.dtype)), []).append(b.id)
     return {i: ids[0] for ids in same.values() if len(ids) > 1 for i in ids}
 
 
