@@ -219,3 +219,65 @@ def test_a_per_channel_qdq_convolution_multiplies_integers(one_d):
     want = (want * 0.04 * sw.reshape(1, -1, 1, 1).astype(np.float64)).reshape(got.shape)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     assert _packed_products(exe) == 1
+
+
+@pytest.mark.parametrize("etype", [TensorProto.UINT8, TensorProto.INT8])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_a_quantize_dequantize_round_trip_stays_in_float_with_the_same_values(etype,
+                                                                             per_axis):
+    """DQ(Q(x)) with the same scale and zero point is scale * clip(round(x / scale),
+    lo - zp, hi - zp) in float (no int32 in between), bit for bit the reference's values,
+    saturated ends included; a DQ with another scale keeps the integers."""
+    rng = np.random.default_rng(21)
+    c = 6
+    scale = (rng.random(c) * 0.05 + 0.01).astype(np.float32) if per_axis else np.float32(0.03)
+    lo, hi = np.iinfo(NP[etype]).min, np.iinfo(NP[etype]).max
+    zero = (rng.integers(lo, hi + 1, c) if per_axis else np.int64(lo + 77)).astype(NP[etype])
+    axis = {"axis": 1} if per_axis else {}
+    inits = [numpy_helper.from_array(np.asarray(scale), "s"),
+             numpy_helper.from_array(np.asarray(zero), "z"),
+             numpy_helper.from_array(np.asarray(scale * 2), "s2")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], **axis),
+             helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["y"], **axis),
+             helper.make_node("DequantizeLinear", ["xq", "s2", "z"], ["y2"], **axis)]
+    shape = [4, c, 5]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                   [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
+                    for n in ("y", "y2")], inits)
+    x = rng.standard_normal(shape).astype(np.float32) * 6       # beyond both ends too
+    x[0, 0, :3] = [0.5 * scale.flat[0], -1.5 * scale.flat[0], 1e30]    # ties, huge
+    got = gonnx.compile(model)(x=x)
+    b = (1, c, 1) if per_axis else ()
+    s, z = np.reshape(scale, b), np.reshape(zero, b).astype(np.float32)
+    q = np.clip(np.round(x / s) + z, lo, hi)
+    np.testing.assert_array_equal(got["y"], ((q - z) * s).astype(np.float32))
+    np.testing.assert_array_equal(got["y2"], ((q - z) * (s * 2)).astype(np.float32))
+    only_y = _model(nodes[:2], model.graph.input, model.graph.output[:1], inits[:2])
+    assert "new_dtype=int32" not in gonnx.compile(only_y).dump("optimized")
+
+
+def test_a_gemm_weight_read_transposed_is_packed_once_at_compile_time():
+    """Gemm(DQ(Q(x)), DQ(w), transB=1), as quantize_static leaves a classifier: the
+    weight's transpose and packing are constants, not work at every call."""
+    rng = np.random.default_rng(22)
+    k, n = 64, 40
+    w = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    sw = (rng.random(n) * 0.01 + 0.001).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "wq"), numpy_helper.from_array(sw, "sw"),
+             numpy_helper.from_array(np.zeros(n, np.int8), "zw"),
+             numpy_helper.from_array(np.float32(0.05), "sx"),
+             numpy_helper.from_array(np.uint8(100), "zx")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
+             _dq("xd", "xq", "sx", "zx"), _dq("wd", "wq", "sw", "zw", axis=0),
+             helper.make_node("Gemm", ["xd", "wd"], ["y"], transB=1)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, k])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, n])], inits)
+    x = rng.standard_normal((3, k)).astype(np.float32) * 3
+    exe = gonnx.compile(model)
+    xq = np.clip(np.round(x / np.float32(0.05)) + 100, 0, 255)
+    want = ((xq - 100) * 0.05) @ (w.astype(np.float64) * sw[:, None]).T
+    np.testing.assert_allclose(exe(x=x)["y"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert _packed_products(exe) == 1
+    optimized = exe.dump("optimized")
+    assert "transpose" not in optimized
+    assert not any("slice" in line and "[16,40]" in line for line in optimized.splitlines())

@@ -94,6 +94,9 @@ class Context:
         self.env: dict = {}             # the values visible to the current node, by name
         self.dequantized: dict = {}     # value name of a DequantizeLinear result -> what
         # it was made of (int8_products.Dequantized): its products multiply integers
+        self.quantized: dict = {}       # value name of a QuantizeLinear result -> (its
+        # rounded quotient, type, axis, (scale, zero point)): a DequantizeLinear of it
+        # with the same scale and zero point stays in float (ops_quant._requantized)
 
     def where(self) -> str:
         n = self.node

@@ -36,7 +36,9 @@ class Dequantized:
         """The same of the 2-D values transposed (a Gemm's transB weight), or None."""
         if self.q.ndim != 2:
             return None
-        return Dequantized(self.q.T, self.etype, self.scale, self.zero, 1 - self.axis)
+        value = constant_value(self.q)      # a weight stays a constant: packed at compile
+        q = self.q.T if value is None else gc.constant(np.ascontiguousarray(value.T))
+        return Dequantized(q, self.etype, self.scale, self.zero, 1 - self.axis)
 
     def scale_with(self, x: "Dequantized", channels: tuple) -> gc.Tensor:
         """x's per-tensor scale times this weight's: a scalar, or its per-channel

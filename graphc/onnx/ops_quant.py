@@ -76,8 +76,12 @@ def _out_type(ctx, at, zp_index):
 
 def quantize(ctx, y, t, zp):
     """saturate(round_half_even(y) + zp) into type t, held in int32."""
+    return saturate(gc.round(y), t, zp)
+
+
+def saturate(q, t, zp):
+    """saturate(q + zp) into type t, held in int32 (q: rounded, in float)."""
     lo, hi = odt.value_range(t)
-    q = gc.round(y)
     if zp is not None:
         q = q + gc.cast(zp, q.dtype)
     return gc.cast(gc.clip(q, float(lo), float(hi)), "int32")
@@ -93,7 +97,44 @@ def _quantize(ctx, a, at):
     zp = _per_axis(ctx, a[2], x, axis, block) if len(a) > 2 and a[2] is not None else None
     t = _out_type(ctx, at, 2)
     ft = "float32" if x.dtype in ("float16", "bfloat16") else x.dtype
-    return quantize(ctx, gc.cast(x, ft) / gc.cast(scale, ft), t, zp)
+    rounded = gc.round(gc.cast(x, ft) / gc.cast(scale, ft))
+    if not block:
+        ctx.quantized[ctx.node.output[0]] = (rounded, t, axis % max(x.ndim, 1),
+                                             _scale_and_zero(a))
+    return saturate(rounded, t, zp)
+
+
+def _scale_and_zero(a) -> tuple:
+    return a[1], (a[2] if len(a) > 2 else None)
+
+
+def _same(u, v) -> bool:
+    """Whether two operands (numpy values or tensors, None when absent) are the same."""
+    if u is None or v is None or isinstance(u, gc.Tensor) or isinstance(v, gc.Tensor):
+        return u is v
+    u, v = np.asarray(u), np.asarray(v)
+    return u.shape == v.shape and u.dtype == v.dtype and np.array_equal(u, v)
+
+
+def _requantized(ctx, a, axis, out):
+    """DequantizeLinear(QuantizeLinear(x)) with the same scale and zero point, where that is
+    what a[0] is: scale * clip(round(x / scale), lo - zp, hi - zp), without the round
+    trip through integers (the same values: all are small integers in float), else None."""
+    rounded, t, q_axis, q_params = ctx.quantized.get(ctx.node.input[0], (None,) * 4)
+    scale, zero = _scale_and_zero(a)
+    if rounded is None or not (_same(q_params[0], scale) and _same(q_params[1], zero)):
+        return None
+    if q_axis != axis % max(rounded.ndim, 1) and not (
+            per_tensor(ctx.tensor(scale)) and (zero is None or per_tensor(ctx.tensor(zero)))):
+        return None
+    lo, hi = odt.value_range(t)
+    v = gc.cast(rounded, out)
+    if zero is None:
+        v = gc.clip(v, float(lo), float(hi))
+    else:
+        zp = gc.cast(_per_axis(ctx, zero, v, axis, 0), out)
+        v = gc.minimum(gc.maximum(v, float(lo) - zp), float(hi) - zp)
+    return v * gc.cast(_per_axis(ctx, scale, v, axis, 0), out)
 
 
 @op("DequantizeLinear")
@@ -103,9 +144,13 @@ def _dequantize(ctx, a, at):
     scale = _per_axis(ctx, a[1], x, axis, block)
     out = odt.DTYPES.get(at.get("output_dtype", 0)) or scale.dtype
     v = gc.cast(x, "float32" if out != "float64" else "float64")
-    if len(a) > 2 and a[2] is not None:
-        v = v - gc.cast(_per_axis(ctx, a[2], x, axis, block), v.dtype)
-    y = gc.cast(v * gc.cast(scale, v.dtype), out)
+    y = None if block else _requantized(ctx, a, axis, v.dtype)
+    if y is not None:
+        y = gc.cast(y, out)
+    else:
+        if len(a) > 2 and a[2] is not None:
+            v = v - gc.cast(_per_axis(ctx, a[2], x, axis, block), v.dtype)
+        y = gc.cast(v * gc.cast(scale, v.dtype), out)
     if all(ctx.tensor(t).node.op == "constant" for t in a if t is not None):
         # a quantized weight: dequantized once here (by the reference, the same bits),
         # so the product or convolution reading it sees a constant filter (prepacked,
