@@ -36,6 +36,25 @@ def test_simplify_identities(graph):
                        "i": np.array([1, 2, 3], np.int32)})
 
 
+def test_simplify_a_mask_applied_twice_once(graph):
+    i = gc.placeholder((3, 4), "int32", name="i")
+    m = gc.placeholder((3, 4), "int32", name="m")
+    c255, c15 = (gc.constant(np.int32(v)) for v in (255, 15))
+    outs = [gc.bitwise_and(gc.bitwise_and(i, c255), gc.constant(np.int32(255))),
+            gc.bitwise_and(gc.bitwise_and(i, m), m),
+            gc.bitwise_and(gc.bitwise_and(i, c255), c15)]          # other masks: kept
+    p = program_of(outs)
+    s = simplify(p)
+    assert [ops(program_of_nodes(s, o)).count("and") for o in s.outputs] == [1, 1, 2]
+    rng = np.random.default_rng(0)
+    same_values(p, s, {"i": rng.integers(-1000, 1000, (3, 4)).astype(np.int32),
+                       "m": rng.integers(0, 64, (3, 4)).astype(np.int32)})
+
+
+def program_of_nodes(program, node):
+    return Program(program.graph, [node], [])
+
+
 def test_simplify_keeps_float_x_minus_x(graph):
     x = gc.placeholder((3,), name="x")
     s = simplify(program_of([x - x]))

@@ -32,6 +32,14 @@ def _is(node: Node, value) -> bool:
     return v is not None and not isinstance(v, bool) and v == value
 
 
+def _same_mask(u: Node, v: Node) -> bool:
+    """Whether u and v are one value: the same node, or constants of one equal value."""
+    if u is v:
+        return True
+    a, c = scalar_value(u), scalar_value(v)
+    return a is not None and c is not None and type(a) is type(c) and a == c
+
+
 def _simplify(b: Builder, node: Node, ins: list):
     op = node.op
     if op == "add":
@@ -63,6 +71,9 @@ def _simplify(b: Builder, node: Node, ins: list):
                 if n == 2:
                     return sq
                 return b.add("mul", (sq, x if n == 3 else sq), {}, like=node)
+    if op == "and" and ins[0].op == "and" and ins[0].shape == node.shape and \
+            _same_mask(ins[1], ins[0].inputs[1]):      # and(and(x, m), m): and(x, m)
+        return ins[0]
     if op == "neg" and ins[0].op == "neg":
         return ins[0].inputs[0]
     if op == "convert" and ins[0].dtype == node.dtype:
