@@ -71,6 +71,19 @@ def quantized(model, make_feeds, folder: str, activations: str = "QUInt8",
     return src, dst
 
 
+def steps_off(path: str, feeds: dict):
+    """(graphc's executable of the int8 file at `path`, how far its first output is from
+    onnxruntime's run of the same file, one quantization step of that output)."""
+    import onnx
+    import onnxruntime as ort
+
+    import graphc.onnx as gonnx
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    exe = gonnx.compile(onnx.load(path))
+    got = next(iter(exe(**feeds).values()))
+    return exe, float(np.abs(got - want).max()), float(np.abs(want).max()) / 127
+
+
 def _session(path: str, threads: int, optimized: bool = True):
     import onnxruntime as ort
     opts = ort.SessionOptions()
