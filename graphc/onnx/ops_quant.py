@@ -118,8 +118,9 @@ def _same(u, v) -> bool:
 
 def _requantized(ctx, a, axis, out):
     """DequantizeLinear(QuantizeLinear(x)) with the same scale and zero point, where that is
-    what a[0] is: scale * clip(round(x / scale), lo - zp, hi - zp), without the round
-    trip through integers (the same values: all are small integers in float), else None."""
+    what a[0] is: scale * clip(round(x / scale), lo - zp, hi - zp) (NaN: scale * -zp),
+    without the round trip through integers (the same values: all are small integers
+    in float), else None."""
     rounded, t, q_axis, q_params = ctx.quantized.get(ctx.node.input[0], (None,) * 4)
     scale, zero = _scale_and_zero(a)
     if rounded is None or not (_same(q_params[0], scale) and _same(q_params[1], zero)):
@@ -130,10 +131,12 @@ def _requantized(ctx, a, axis, out):
     lo, hi = odt.value_range(t)
     v = gc.cast(rounded, out)
     if zero is None:
-        v = gc.clip(v, float(lo), float(hi))
+        clipped, nan_to = gc.clip(v, float(lo), float(hi)), gc.zeros((), out)
     else:
         zp = gc.cast(_per_axis(ctx, zero, v, axis, 0), out)
-        v = gc.minimum(gc.maximum(v, float(lo) - zp), float(hi) - zp)
+        clipped, nan_to = gc.minimum(gc.maximum(v, float(lo) - zp), float(hi) - zp), -zp
+    # NaN quantizes to the integer 0 (its int32 conversion's low byte), as onnxruntime's
+    v = gc.where(gc.isnan(clipped), nan_to, clipped)
     return v * gc.cast(_per_axis(ctx, scale, v, axis, 0), out)
 
 
