@@ -46,6 +46,22 @@ def test_a_whole_tensor_reduction_leaves_its_full_size_consumers_to_loop_kernels
     assert small.stats["kernels"] == 1
 
 
+def test_values_read_twice_by_one_op_or_tested_for_nan_stay_inline(graph):
+    """v * v twelve times over, then where(isnan(v), 0, v): each value is computed once
+    in the one kernel, so recomputing it counts once, not once per path (the tree sum
+    would be 2^12 times the ops), and nothing is written out for 'recomputing'."""
+    x = gc.placeholder((256, 1024), name="x")
+    v = gc.tanh(x) * 0.9
+    for _ in range(12):
+        v = v * v * 0.5 + 0.25
+    out = gc.where(gc.isnan(v), 0.0, v) * 2.0
+    exe = check_compiled(out, {"x": rand((256, 1024))})
+    assert exe.stats["kernels"] == 1
+    assert exe.stats["kernel_bytes"][0]["written"] == 256 * 1024 * 4     # the result alone
+    decisions = exe.dump("fused").split("decisions:")[-1]
+    assert "recomputing" not in decisions, decisions
+
+
 def test_gelu_chain_is_one_kernel(graph):
     x = gc.placeholder((64, 64), name="x")
     a = gc.placeholder((64,), name="a")

@@ -100,7 +100,9 @@ def test_repeated_layers_emit_one_function_per_structure(monkeypatch):
     exe, xv, want = _repeated_layers(layers=6)
     np.testing.assert_allclose(exe(xv), want, rtol=1e-5, atol=1e-5)
     kernels = exe.stats["kernels"]
-    assert kernels >= 7 and len(emitted) <= 3, (kernels, emitted)
+    # the first layer's product, the repeated layers' one, the last layer's (its tanh
+    # and residual go into the row kernel that sums h * h) and that row kernel
+    assert kernels >= 7 and len(emitted) <= 4, (kernels, emitted)
 
 
 def test_check_mode_emits_every_kernel_and_finds_each_match_identical(monkeypatch):

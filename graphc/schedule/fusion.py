@@ -92,6 +92,45 @@ def _rereads(node: Node, users, leaves: dict) -> bool:
     return kernels > 1 and kernels * read > kernels + 1
 
 
+UPSTREAM_LIMIT = 512    # inlined ops a recomputation cost counts one by one; past it, as a tree
+
+
+def _recompute_cost(n: Node, materialized: set, cost: dict, upstream: dict) -> int:
+    """The ops computing n again takes where its inputs are inlined: each op once, however
+    many paths reach it (a kernel computes a value once for all its readers: x * x, or
+    where(isnan(x), a, x), does not count x twice). `upstream` gets n's ops (id -> own
+    cost; None past UPSTREAM_LIMIT ops, where the cost sums over the inputs as over a
+    tree)."""
+    inputs = list({i.id: i for i in n.inputs if i.id not in materialized and
+                   i.id in upstream}.values())
+    own = lookup(n.op).cost
+    sets = [upstream[i.id] for i in inputs]
+    if not any(u is None for u in sets):
+        ups = dict(sets[0]) if sets else {}
+        for u in sets[1:]:
+            ups.update(u)
+        ups[n.id] = own
+        if len(ups) <= UPSTREAM_LIMIT:
+            upstream[n.id] = ups
+            return sum(ups.values())
+    upstream[n.id] = None
+    return own + sum(cost[i.id] for i in inputs)
+
+
+def _readers(n: Node, us: list) -> list:
+    """n's readers, as recomputing n would serve them: where(isnan(n), a, n) (a select
+    of n by the compare n != n, which only it reads) is one reader, and a reader that
+    takes n twice counts once."""
+    distinct = list({u.id: u for u in us}.values())
+    if len(distinct) == 2:
+        test, pick = sorted(distinct, key=lambda u: u.op != "compare")
+        if test.op == "compare" and pick.op == "select" and \
+                test.inputs[0] is n and test.inputs[1] is n and \
+                pick.inputs[0] is test and n in pick.inputs[1:]:
+            return [pick]
+    return distinct
+
+
 def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionPlan:
     fuse = policy.fuse
     nodes = program.live_nodes()
@@ -107,6 +146,7 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
     cost: dict[int, int] = {}
     pure_view: dict[int, bool] = {}
     leaves: dict[int, dict] = {}        # buffers a value reads if recomputed: id -> size
+    upstream: dict[int, dict | None] = {}  # the inlined ops a value is computed from
     row_shapes: dict[int, set] = {}     # row counts of the reductions a value depends on
     for n in nodes:
         c = cls[n.id]
@@ -127,7 +167,7 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
         # operands are materialized (they are small next to the product)
         pure_view[n.id] = lookup(n.op).remap and n.op != "reverse" and \
             all(pure_view[i.id] for i in n.inputs)
-        cost[n.id] = lookup(n.op).cost + sum(cost[i.id] for i in n.inputs if i.id not in materialized)
+        cost[n.id] = _recompute_cost(n, materialized, cost, upstream)
         leaves[n.id] = {}
         for i in n.inputs:
             if i.id in materialized or cls[i.id] == "buffer":
@@ -142,7 +182,7 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
     for n in reversed(nodes):
         if cls[n.id] != "fusible" or n.id in materialized:
             continue
-        us = users[n.id]
+        us = _readers(n, users[n.id])
         # a window_view (overlapping windows: a convolution's patch matrix) is never
         # written out: it and a reshape under it are folded into its consumers' reads
         # (a product's operand, a depthwise convolution's terms), and the value beneath
