@@ -3,6 +3,7 @@ AVX512-VNNI's vpdpbusd where the CPU has it (backends/cpu/vnni.py), else in the 
 nest; every result against numpy's exact int64 product, bit for bit. The code for a
 VNNI CPU is built and assembled on every x86-64 machine; the CUDA lowering assembles."""
 import os
+import re
 
 import numpy as np
 import pytest
@@ -153,6 +154,25 @@ def test_a_constant_operand_is_packed_at_compile_time_and_threads_agree():
     # the weight's words are a constant: only A's are computed when the program runs
     assert exe.dump("optimized").count("bitwise_and") + \
         exe.dump("optimized").count(" and(") <= 1
+
+
+@needs_vnni
+def test_batched_products_give_each_thread_whole_products():
+    """Attention's products (a batch of heads): threads take whole heads, so each call
+    of the kernel multiplies all of a head's rows (its packing of B done once), not a
+    chunk of them; results equal the exact product."""
+    rng = np.random.default_rng(9)
+    a = rng.integers(0, 256, (2, 12, 128, 128)).astype(np.int32)
+    b_ = rng.integers(-128, 128, (2, 12, 128, 64)).astype(np.int32)
+    with gc.Graph():
+        pa = gc.placeholder(a.shape, "int32", name="a")
+        pb = gc.placeholder(b_.shape, "int32", name="b")
+        exe = gc.compile(gc.matmul_8bit(pa, pb), num_threads=2)
+    np.testing.assert_array_equal(exe(a, b_), np.einsum(
+        "hgik,hgkj->hgij", a.astype(np.int64), b_.astype(np.int64)).astype(np.int32))
+    calls = re.findall(r"call \w+ @\"?graphc_own_gemm_vnni_int32\"?\(i64 (\S+),",
+                       exe.dump("llvm"))
+    assert calls and all(m == "128" for m in calls), calls    # all 128 rows in each call
 
 
 def test_the_loop_nest_computes_the_same_bits(monkeypatch):

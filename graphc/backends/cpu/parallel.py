@@ -156,6 +156,13 @@ def _blas_split(kern, threads: int):
         return ms[0] if M >= 8 * threads else None
     if plan["own"] == "nnw" and images and hint(ix.extent_of(images[0])) >= threads:
         return images[0]
+    if plan["own"] in NATIVE_FORMS:
+        # whole products per thread (attention's heads): each call of the 8-bit or
+        # bfloat16 kernel packs both operands, so rows split between threads would pack
+        # the other operand once per chunk of rows
+        batch = next((v for v in images if hint(ix.extent_of(v)) >= threads), None)
+        if batch is not None:
+            return batch
     if plan["own"] == "nnw" and plan["row"]:     # C's rows of an image: split along m
         ns = []
     order = (ns + ms) if N * Kd >= M * Kd else (ms + ns)
