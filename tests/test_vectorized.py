@@ -111,3 +111,21 @@ def test_pooling_over_adjacent_axes_is_one_vectorized_loop(size):
     y_ref = np.minimum(np.maximum(xv + bv.reshape(1, 32, 1, 1), 0), 6)
     np.testing.assert_allclose(exe(xv, bv), y_ref.mean(axis=(2, 3)), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(other(xv, bv), y_ref.sum(axis=(1, 3)), rtol=1e-5, atol=1e-5)
+
+
+def test_a_long_chain_of_dependent_ops_runs_four_vectors_side_by_side():
+    """A loop kernel computing 48 or more primitives an element (a quantized model's
+    GELU with its quantize/dequantize pairs) interleaves four vectors in its innermost
+    loop, so each division's latency overlaps the other vectors' work."""
+    xv = np.random.default_rng(0).standard_normal((64, 1024)).astype(np.float32) * 50
+    with gc.Graph():
+        x = gc.placeholder((64, 1024), name="x")
+        v = x
+        for k in range(12):                     # 12 divisions, each after the last
+            v = gc.round(v / (1.5 + k)) * (1.25 + k) + gc.tanh(v)
+        exe = gc.compile(v, num_threads=1)
+        want = gc.evaluate(v, {"x": xv})
+    np.testing.assert_allclose(exe(xv), want, rtol=1e-5, atol=1e-3)
+    divisions = re.findall(r"fdiv (?:fast |arcp |contract |afn |reassoc |nnan |ninf |nsz )*"
+                           r"<\d+ x float>", exe.dump("llvm"))
+    assert len(divisions) >= 4 * 12, len(divisions)
