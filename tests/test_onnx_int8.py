@@ -86,28 +86,34 @@ def _dq(name, q, scale, zero, axis=None):
     return helper.make_node("DequantizeLinear", [q, scale, zero], [name], **attrs)
 
 
-def test_a_per_channel_qdq_product_multiplies_integers():
-    """MatMul(DQ(Q(x)), DQ(w)) with w per column: the exact integer product scaled once,
-    within float32 rounding of the float product of the dequantized values."""
-    rng = np.random.default_rng(12)
-    k, n = 64, 48
-    w = rng.integers(-127, 128, (k, n)).astype(np.int8)
+def _qdq_product(rng, rows: int, k: int, n: int, trans_b: bool = False):
+    """(op(DQ(Q(x)), DQ(w)), x, graphc's executable, the float64 product of the
+    dequantized values): x per tensor (scale 0.05, zero 100), w int8 per output column;
+    op MatMul, or Gemm with transB=1 over w stored (n, k)."""
+    w = rng.integers(-127, 128, (n, k) if trans_b else (k, n)).astype(np.int8)
     sw = (rng.random(n) * 0.01 + 0.001).astype(np.float32)
     inits = [numpy_helper.from_array(w, "wq"), numpy_helper.from_array(sw, "sw"),
              numpy_helper.from_array(np.zeros(n, np.int8), "zw"),
              numpy_helper.from_array(np.float32(0.05), "sx"),
              numpy_helper.from_array(np.uint8(100), "zx")]
+    product = helper.make_node("Gemm", ["xd", "wd"], ["y"], transB=1) if trans_b else \
+        helper.make_node("MatMul", ["xd", "wd"], ["y"])
     nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
-             _dq("xd", "xq", "sx", "zx"), _dq("wd", "wq", "sw", "zw", axis=1),
-             helper.make_node("MatMul", ["xd", "wd"], ["y"])]
-    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, k])],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, n])], inits)
-    x = rng.standard_normal((8, k)).astype(np.float32) * 3
-    exe = gonnx.compile(model)
-    got = exe(x=x)["y"]
+             _dq("xd", "xq", "sx", "zx"), _dq("wd", "wq", "sw", "zw", axis=0 if trans_b else 1),
+             product]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, k])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, n])], inits)
+    x = rng.standard_normal((rows, k)).astype(np.float32) * 3
     xq = np.clip(np.round(x / np.float32(0.05)) + 100, 0, 255)
-    want = ((xq - 100) * 0.05) @ (w.astype(np.float64) * sw)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    wf = w.astype(np.float64) * (sw[:, None] if trans_b else sw)
+    return x, gonnx.compile(model), ((xq - 100) * 0.05) @ (wf.T if trans_b else wf)
+
+
+def test_a_per_channel_qdq_product_multiplies_integers():
+    """MatMul(DQ(Q(x)), DQ(w)) with w per column: the exact integer product scaled once,
+    within float32 rounding of the float product of the dequantized values."""
+    x, exe, want = _qdq_product(np.random.default_rng(12), 8, 64, 48)
+    np.testing.assert_allclose(exe(x=x)["y"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     assert _packed_products(exe) == 1
 
 
@@ -257,23 +263,7 @@ def test_a_quantize_dequantize_round_trip_stays_in_float_with_the_same_values(et
 def test_a_gemm_weight_read_transposed_is_packed_once_at_compile_time():
     """Gemm(DQ(Q(x)), DQ(w), transB=1), as quantize_static leaves a classifier: the
     weight's transpose and packing are constants, not work at every call."""
-    rng = np.random.default_rng(22)
-    k, n = 64, 40
-    w = rng.integers(-127, 128, (n, k)).astype(np.int8)
-    sw = (rng.random(n) * 0.01 + 0.001).astype(np.float32)
-    inits = [numpy_helper.from_array(w, "wq"), numpy_helper.from_array(sw, "sw"),
-             numpy_helper.from_array(np.zeros(n, np.int8), "zw"),
-             numpy_helper.from_array(np.float32(0.05), "sx"),
-             numpy_helper.from_array(np.uint8(100), "zx")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "sx", "zx"], ["xq"]),
-             _dq("xd", "xq", "sx", "zx"), _dq("wd", "wq", "sw", "zw", axis=0),
-             helper.make_node("Gemm", ["xd", "wd"], ["y"], transB=1)]
-    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, k])],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, n])], inits)
-    x = rng.standard_normal((3, k)).astype(np.float32) * 3
-    exe = gonnx.compile(model)
-    xq = np.clip(np.round(x / np.float32(0.05)) + 100, 0, 255)
-    want = ((xq - 100) * 0.05) @ (w.astype(np.float64) * sw[:, None]).T
+    x, exe, want = _qdq_product(np.random.default_rng(22), 3, 64, 40, trans_b=True)
     np.testing.assert_allclose(exe(x=x)["y"], want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
     assert _packed_products(exe) == 1
     optimized = exe.dump("optimized")
