@@ -117,16 +117,16 @@ def _recompute_cost(n: Node, materialized: set, cost: dict, upstream: dict) -> i
     return own + sum(cost[i.id] for i in inputs)
 
 
-def _readers(n: Node, us: list) -> list:
+def _readers(n: Node, users: dict) -> list:
     """n's readers, as recomputing n would serve them: where(isnan(n), a, n) (a select
     of n by the compare n != n, which only it reads) is one reader, and a reader that
     takes n twice counts once."""
-    distinct = list({u.id: u for u in us}.values())
+    distinct = list({u.id: u for u in users[n.id]}.values())
     if len(distinct) == 2:
         test, pick = sorted(distinct, key=lambda u: u.op != "compare")
         if test.op == "compare" and pick.op == "select" and \
                 test.inputs[0] is n and test.inputs[1] is n and \
-                pick.inputs[0] is test and n in pick.inputs[1:]:
+                pick.inputs[0] is test and n in pick.inputs[1:] and users[test.id] == [pick]:
             return [pick]
     return distinct
 
@@ -182,7 +182,7 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
     for n in reversed(nodes):
         if cls[n.id] != "fusible" or n.id in materialized:
             continue
-        us = _readers(n, users[n.id])
+        us = _readers(n, users)
         # a window_view (overlapping windows: a convolution's patch matrix) is never
         # written out: it and a reshape under it are folded into its consumers' reads
         # (a product's operand, a depthwise convolution's terms), and the value beneath
