@@ -26,7 +26,7 @@ from ..llvm.emitter import loop
 from ..llvm.types import I32, I64
 from ..llvm.values import f32_to_bf16
 from . import amx
-from .gemm_tiles import word_tile
+from .gemm_tiles import over_word_tiles, word_slots, word_tile
 
 NAME = "graphc_own_gemm_dpbf16_bfloat16"
 MR = 8                       # rows of C a tile keeps in registers
@@ -58,8 +58,7 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
     dot = ir.Function(module, ir.FunctionType(vf, [vf, vi, vi]),
                       "llvm.x86.avx512bf16.dpbf16ps.512")
     M, N, Kd, A, a_row, a_col, B, b_row, b_col, C, ldc = fn.args
-    lanes_out = b.alloca(f32, size=LANES, name="lanes")
-    sums = [b.alloca(vf, name=f"sum{k}") for k in range(2 * MR)]   # in the entry block
+    lanes_out, sums = word_slots(b, vf, MR)                 # in the entry block
     c = lambda v: ir.Constant(I64, v)                         # noqa: E731
     less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))  # noqa: E731
     P = b.sdiv(b.add(Kd, c(1)), c(2))
@@ -117,9 +116,7 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
                     count = b.select(b.icmp_signed("<", left, c(LANES)), left, c(LANES))
                     loop(b, f"c{v}", c(0), c(1), less(count), out)
 
-    # a panel of B at a time (it stays in L2), every row tile over it
-    loop(b, "nj", c(0), c(PANEL), less(Np),
-         lambda j0: loop(b, "mi", c(0), c(MR), less(Mp), lambda i0: tile(j0, i0)))
+    over_word_tiles(b, Mp, Np, MR, PANEL, tile)
     amx.free_scratch(b, raw)
     b.ret_void()
     return fn

@@ -48,6 +48,23 @@ def splat(b: ir.IRBuilder, x, vty: ir.VectorType):
                                         [0] * vty.count))
 
 
+def word_slots(b: ir.IRBuilder, vector: ir.VectorType, rows: int):
+    """(a vector's worth of lanes for a tile's partial last columns, 2 x rows vector sums)
+    of the word products (bf16_pairs.py, vnni.py), allocated where `b` stands (the entry
+    block)."""
+    lanes = b.alloca(vector.element, size=vector.count, name="lanes")
+    return lanes, [b.alloca(vector, name=f"sum{k}") for k in range(2 * rows)]
+
+
+def over_word_tiles(b: ir.IRBuilder, Mp, Np, rows: int, panel: int, tile) -> None:
+    """tile(j0, i0) for every tile of the padded Mp x Np result: a panel of B at a time
+    (it stays in L2), every row tile over it."""
+    c = lambda v: ir.Constant(I64, v)                         # noqa: E731
+    loop(b, "nj", c(0), c(panel), lambda j0: b.icmp_signed("<", j0, Np),
+         lambda j0: loop(b, "mi", c(0), c(rows), lambda i0: b.icmp_signed("<", i0, Mp),
+                         lambda i0: tile(j0, i0)))
+
+
 def word_tile(b: ir.IRBuilder, sums, Ap, Bp, steps, i0, j0, product,
               words: ir.VectorType) -> None:
     """Zero `sums` (2 x rows vector slots) and add into them, over `steps` words of k,

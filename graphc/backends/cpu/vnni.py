@@ -29,7 +29,7 @@ from ..llvm.emitter import loop
 from ..llvm.types import I32, I64
 from ..llvm.values import byte_products
 from . import amx
-from .gemm_tiles import word_tile
+from .gemm_tiles import over_word_tiles, word_slots, word_tile
 
 NAME = "graphc_own_gemm_vnni_int32"             # A's bytes unsigned, B's signed
 NAME_SIGNED_A = "graphc_own_gemm_vnnisu_int32"  # A's bytes signed, B's unsigned
@@ -69,8 +69,7 @@ def build(module: ir.Module, allocator: str = "malloc", signed_a: bool = False) 
     dot = ir.Function(module, ir.FunctionType(vi, [vi, vi, vi]),
                       "llvm.x86.avx512.vpdpbusd.512")
     M, N, Q, A, a_row, a_col, B, b_row, b_col, C, ldc = fn.args
-    lanes_out = b.alloca(I32, size=LANES, name="lanes")
-    sums = [b.alloca(vi, name=f"sum{k}") for k in range(2 * MR)]   # in the entry block
+    lanes_out, sums = word_slots(b, vi, MR)                 # in the entry block
     c = lambda v: ir.Constant(I64, v)                         # noqa: E731
     less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))  # noqa: E731
     raw, Ap, Bp, Mp, Np = amx.word_panels(
@@ -134,9 +133,7 @@ def build(module: ir.Module, allocator: str = "malloc", signed_a: bool = False) 
                                  lambda jj: b.store(b.load(b.gep(lanes_out, [jj])),
                                                     b.gep(at, [jj])))
 
-    # a panel of B at a time (it stays in L2), every row tile over it
-    loop(b, "nj", c(0), c(PANEL), less(Np),
-         lambda j0: loop(b, "mi", c(0), c(MR), less(Mp), lambda i0: tile(j0, i0)))
+    over_word_tiles(b, Mp, Np, MR, PANEL, tile)
     amx.free_scratch(b, raw)
     b.ret_void()
     return fn
