@@ -277,8 +277,8 @@ OWN_GEMM = textwrap.dedent("""
 
 
 def test_the_own_gemm_kernels_are_cached_too(tmp_path):
-    """graphc's own GEMM kernels (backends/cpu/gemm.py) are optimized once and kept in
-    the cache folder: the next process links the kept IR in, with the same results."""
+    """graphc's own GEMM kernels (backends/cpu/gemm.py) are compiled once and kept in
+    the cache folder: the next process loads the kept object, with the same results."""
     environ = dict(os.environ, GRAPHC_CACHE_DIR=str(tmp_path / "cache"),
                    GRAPHC_PROGRAM_CACHE="0")
 
@@ -295,7 +295,7 @@ def test_the_own_gemm_kernels_are_cached_too(tmp_path):
     os.utime(entry, (1, 1))
     assert run() == first
     assert entry.stat().st_mtime > 1                 # read (a hit marks it used)
-    entry.write_bytes(b"GRAPHC-GEMM-CACHE-1\n" + b"x" * 100)    # corrupt: rebuilt
+    entry.write_bytes(b"GRAPHC-GEMM-CACHE-2\n" + b"x" * 100)    # corrupt: rebuilt
     for p in _entries(tmp_path, ".gco"):
         p.unlink()
     assert run() == first

@@ -144,8 +144,8 @@ def signature(element: ir.Type = I16) -> ir.FunctionType:
 
 
 def declare(module: ir.Module) -> ir.Function:
-    """The product function, declared in a program's module (NativeModule links in its
-    optimized body, gemm_ir.optimized_ir)."""
+    """The product function, declared in a program's module (its object code comes from
+    gemm_ir.compiled)."""
     if NAME in module.globals:
         return module.globals[NAME]
     return ir.Function(module, signature(), NAME)

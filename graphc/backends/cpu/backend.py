@@ -81,12 +81,18 @@ class CpuBackend(Backend):
         from . import module as codegen
         from .native_module import NativeModule
         lowered, threads, level = job.lowered, self.threads, self.opt_level
-        t0 = time.perf_counter()
-        llvm_ir = codegen.emit_module(job.name, lowered, threads)
-        job.seconds["codegen"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        module = NativeModule(llvm_ir, level)
-        job.seconds["llvm"] = time.perf_counter() - t0
+        prefetch = own_gemm_prefetch(level)
+        try:
+            t0 = time.perf_counter()
+            llvm_ir = codegen.emit_module(job.name, lowered, threads,
+                                          on_own_gemm=prefetch and prefetch.on_own_gemm)
+            job.seconds["codegen"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            module = NativeModule(llvm_ir, level, prefetch and prefetch.worker)
+            job.seconds["llvm"] = time.perf_counter() - t0
+        finally:
+            if prefetch is not None:
+                prefetch.worker.close()
         collectives = collective_steps(lowered)
         native = CpuProgram(module.object_code, job.signature, lowered.memory.arena_bytes,
                             {name: job.graph.variables[name] for name in lowered.variables},
@@ -102,6 +108,30 @@ class CpuBackend(Backend):
                      manifest={"collectives": collectives}, module=module,
                      profile_object=lambda: NativeModule(codegen.emit_module(
                          job.name, lowered, threads, profile=True), level).object_code)
+
+
+def own_gemm_prefetch(opt_level: int):
+    """A GemmPrefetch, or None where only one process compiles (GRAPHC_COMPILE_PROCESSES=1,
+    one CPU)."""
+    from . import llvm_workers
+    return GemmPrefetch(opt_level) if llvm_workers.processes() > 1 else None
+
+
+class GemmPrefetch:
+    """The own GEMM kernels a program calls, compiled by a child process from the moment
+    code generation first emits a call to each (the other CPU is idle meanwhile); those
+    this process compiled before are not asked for."""
+
+    def __init__(self, opt_level: int):
+        from . import llvm_workers
+        from .native_module import compile_job
+        self.features, self.opt_level = host_features(), opt_level
+        self.worker = llvm_workers.Background(compile_job)
+
+    def on_own_gemm(self, name: str) -> None:
+        from . import gemm_ir
+        if not gemm_ir.known(name, self.features, self.opt_level):
+            self.worker.submit(("gemm", name, self.opt_level))
 
 
 def collective_steps(lowered) -> list:

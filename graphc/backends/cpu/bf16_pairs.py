@@ -43,8 +43,8 @@ def usable(features: str) -> bool:
 
 
 def declare(module: ir.Module) -> ir.Function:
-    """The product function, declared in a program's module (NativeModule links in its
-    optimized body, gemm_ir.optimized_ir)."""
+    """The product function, declared in a program's module (its object code comes from
+    gemm_ir.compiled)."""
     if NAME in module.globals:
         return module.globals[NAME]
     return ir.Function(module, amx.signature(), NAME)

@@ -12,8 +12,7 @@ from ...ir import dtypes
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from ..llvm.types import COMPUTE, I32, I64
-from .dot_plan import (NATIVE_FORMS, blas_plan, layout_in_scratch, native_kernel,
-                       product_scratch_shape)
+from .dot_plan import NATIVE_FORMS, blas_plan, layout_in_scratch, product_scratch_shape
 
 CHANNEL_BLOCK_BYTES = 64 << 10   # a block of the product's rows run through the layouts
 
@@ -51,8 +50,7 @@ class CpuDotEmitter:
         b = self.b
         ty = COMPUTE[k.out.dtype]
         own = plan["own"]
-        fn = native_kernel(own).declare(self.mb.module) if own in NATIVE_FORMS else \
-            self.mb.own_gemm(own, k.out.dtype) if own else self.mb.gemm(k.out.dtype)
+        fn = self.mb.own_gemm(own, k.out.dtype) if own else self.mb.gemm(k.out.dtype)
         i32 = lambda v: b.trunc(self.dim(v), I32) if isinstance(v, Dim) else \
             ir.Constant(I32, int(v))
         c64 = self.dim

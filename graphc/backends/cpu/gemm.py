@@ -56,7 +56,7 @@ def _signature(form: str, dtype: str) -> ir.FunctionType:
 
 def declare(module: ir.Module, form: str, dtype: str) -> ir.Function:
     """The own-GEMM function `form` ('nn' / 'nt') for `dtype`, declared in a program's
-    module; NativeModule links its optimized body in (gemm_ir.optimized_ir)."""
+    module; its object code comes from gemm_ir.compiled."""
     name = f"{PREFIX}{form}_{dtype}"
     if name in module.globals:
         return module.globals[name]

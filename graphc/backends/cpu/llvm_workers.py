@@ -9,6 +9,9 @@ results back when the queue is empty and exits. A child that dies, fails or has 
 answered by the deadline is killed, and this process compiles the jobs it did not
 return: the result never depends on the children.
 
+`Background` runs jobs in one forked child while this process goes on with other work
+(the own GEMM kernels while the program's code is generated), on the same terms.
+
 GRAPHC_COMPILE_PROCESSES caps the processes (default: the CPUs this process may use,
 at most MAX_PROCESSES); 1 compiles everything here.
 """
@@ -72,6 +75,99 @@ def run(jobs: list, work, n_processes: int) -> list:
     return [results[k] if k in results else work(job) for k, job in enumerate(jobs)]
 
 
+class Background:
+    """Jobs computed by one forked child while this process goes on: `submit` each as it
+    becomes known, `results()` when they are needed ({job: result} of those the child
+    returned; a child that died, failed or missed the deadline returns none, and the
+    caller computes them), `close()` where they are not (the child is killed)."""
+
+    def __init__(self, work):
+        self.work = work
+        self.jobs: list = []
+        self._pid = self._jobs_w = self._results_r = None
+        self._started = 0.0
+        self._failed = False
+
+    def submit(self, job) -> None:
+        if self._failed or job in self.jobs:
+            return
+        if self._pid is None and not self._start():
+            self._failed = True                    # no fork: every job comes here
+            return
+        data = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            _write_all(self._jobs_w, RECORD.pack(len(data)) + data)
+        except OSError:                            # the child is gone: its jobs come here
+            self._failed = True
+            return
+        self.jobs.append(job)
+
+    def _start(self) -> bool:
+        from graphc_runtime.forks import helper_fork
+        jobs_r, jobs_w = os.pipe()
+        results_r, results_w = os.pipe()
+        try:
+            pid = helper_fork()
+        except OSError:
+            pid = None
+        if pid == 0:                                              # the child
+            os.close(jobs_w)
+            os.close(results_r)
+            _serve(jobs_r, results_w, self.work)
+        os.close(jobs_r)
+        os.close(results_w)
+        if pid is None:
+            os.close(jobs_w)
+            os.close(results_r)
+            return False
+        self._pid, self._jobs_w, self._results_r = pid, jobs_w, results_r
+        self._started = time.monotonic()
+        return True
+
+    def results(self) -> dict:
+        if self._pid is None:
+            return {}
+        os.close(self._jobs_w)
+        self._jobs_w = None
+        deadline = time.monotonic() + GRACE_S + 4 * (time.monotonic() - self._started)
+        got = _collect(self._pid, self._results_r, deadline)
+        self._pid = self._results_r = None
+        return {job: got[k] for k, job in enumerate(self.jobs) if k in got}
+
+    def close(self) -> None:
+        """Kill the child unless its results were taken (safe to call again)."""
+        if self._pid is not None:
+            _kill(self._pid)
+            for fd in (self._jobs_w, self._results_r):
+                if fd is not None:
+                    os.close(fd)
+            self._pid = self._jobs_w = self._results_r = None
+
+
+def _serve(jobs_r: int, result_w: int, work) -> None:
+    """A Background child: compute each job as it comes, send all results at the end."""
+    status = 1
+    try:
+        results, k = {}, 0
+        with os.fdopen(jobs_r, "rb") as jobs:
+            while True:
+                head = jobs.read(RECORD.size)
+                if len(head) < RECORD.size:
+                    break
+                results[k] = work(pickle.loads(jobs.read(RECORD.unpack(head)[0])))
+                k += 1
+        _write_all(result_w, pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL))
+        status = 0
+    finally:
+        os._exit(status)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _take(queue_r: int, jobs: list, work) -> dict:
     results = {}
     while True:
@@ -85,10 +181,8 @@ def _take(queue_r: int, jobs: list, work) -> dict:
 def _child(queue_r: int, result_w: int, jobs: list, work) -> None:
     status = 1
     try:
-        data = pickle.dumps(_take(queue_r, jobs, work), protocol=pickle.HIGHEST_PROTOCOL)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(result_w, view):]
+        _write_all(result_w, pickle.dumps(_take(queue_r, jobs, work),
+                                          protocol=pickle.HIGHEST_PROTOCOL))
         status = 0
     finally:
         os._exit(status)

@@ -18,7 +18,7 @@ from ...schedule.chaining import chain_block, follower_split
 from .control import ControlBuilder, ControlEntry
 from . import gemm, scalef
 from .emitter import Emitter
-from .dot_plan import blas_plan
+from .dot_plan import NATIVE_FORMS, blas_plan, native_kernel
 from ..llvm.emitter import strided_loop
 from ..llvm.module import LlvmModule, aliased_buffers, twin_buffers
 from .parallel import CHUNKS_PER_THREAD, split_chunks, split_granule, split_var, split_work
@@ -44,6 +44,8 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
         self.shapes: dict = {}        # a kernel function's shape (shape_of) -> function
         self.structures: dict = {}    # a kernel's structure key -> its function
         self.check_structures = bool(os.environ.get("GRAPHC_CHECK_KERNEL_STRUCTURES"))
+        self.own_gemms: set = set()   # the own GEMM kernels' names, declared
+        self.on_own_gemm = None       # called with each of them, first declared
 
     def gemm(self, dtype: str):
         """void graphc_[sd]gemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb,
@@ -57,9 +59,16 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
         return ir.Function(self.module, fnty, name)
 
     def own_gemm(self, form: str, dtype: str):
-        """graphc's own GEMM kernel of this form ('nn' / 'nt', see gemm.py), declared:
-        NativeModule links in its body."""
-        return gemm.declare(self.module, form, dtype)
+        """graphc's own GEMM kernel of this form ('nn' / 'nt' / ..., see gemm.py; a
+        narrow-type form of dot_plan.NATIVE_FORMS), declared; its object code is compiled
+        on its own (native_module.py). `on_own_gemm(name)` hears of each the first time."""
+        fn = native_kernel(form).declare(self.module) if form in NATIVE_FORMS else \
+            gemm.declare(self.module, form, dtype)
+        if fn.name not in self.own_gemms:
+            self.own_gemms.add(fn.name)
+            if self.on_own_gemm is not None:
+                self.on_own_gemm(fn.name)
+        return fn
 
     def offsets_table(self, offsets) -> ir.Value:
         """A pointer to a constant i64 array holding `offsets` (one global per table)."""
@@ -387,14 +396,18 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
         b.ret(ir.Constant(I32, 0))
 
 
-def emit_module(name: str, lowered, threads: int = 1, profile: bool = False) -> str:
+def emit_module(name: str, lowered, threads: int = 1, profile: bool = False,
+                on_own_gemm=None) -> str:
     """LLVM IR text of the whole program: its kernels and graphc_main; with `profile`,
-    the profiling build (timestamps around every kernel and thread chunk)."""
+    the profiling build (timestamps around every kernel and thread chunk);
+    `on_own_gemm(name)` is told of each own GEMM kernel the program calls as soon as
+    its first call is emitted."""
     from graphc_runtime.cpu import host_features, llvm
     b = llvm()
     triple = b.get_process_triple()
     mb = ModuleBuilder(name, triple=triple)
     mb.threads = threads
+    mb.on_own_gemm = on_own_gemm
     features = host_features().split(",")
     mb.scalef = scalef.available(features)
     mb.has_fma = "+fma" in features or "+avx512f" in features or not triple.startswith("x86")

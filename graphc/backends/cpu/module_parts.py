@@ -27,6 +27,7 @@ HEADER = ("; ModuleID", "target ", "source_filename", "!")
 SPLIT_MIN_LINES = 2000       # a smaller program compiles as one module
 KERNEL_MIN_LINES = 60        # a smaller kernel stays in part 0 (inlined into its segment)
 PART_LINES = 2500            # about this much code per part of kernels
+MIN_PARTS = 2                # kernel parts at least (two processes share even the smallest)
 
 
 @dataclass
@@ -104,7 +105,8 @@ def split(text: str) -> "list[str] | None":
     sizes = {g: sum(defines[n].count("\n") for n in members) for g, members in groups.items()}
     movable = sorted((g for g in groups if sizes[g] >= KERNEL_MIN_LINES),
                      key=lambda g: (-sizes[g], g))
-    n_parts = min(len(movable), round(sum(sizes[g] for g in movable) / PART_LINES))
+    n_parts = min(len(movable), max(MIN_PARTS, round(sum(sizes[g] for g in movable) /
+                                                     PART_LINES)))
     if n_parts < 1:
         return None
     load = [0] * n_parts

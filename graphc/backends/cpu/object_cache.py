@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from graphc_runtime import cache_store
 
-KIND = cache_store.Kind(b"GRAPHC-OBJECT-CACHE-1\n", ".gco", compress=True)
+KIND = cache_store.Kind(b"GRAPHC-OBJECT-CACHE-2\n", ".gco", compress=True)
 
 
 def enabled() -> bool:
@@ -32,7 +32,21 @@ def key(llvm_ir: str, opt_level: int, target: dict) -> str:
 
 def load(name: str):
     """(object code, optimized IR) of entry `name`, or None."""
-    body = cache_store.load(KIND, name)
+    return unpack(cache_store.load(KIND, name))
+
+
+def store(name: str, object_code: bytes, optimized_ir: str) -> None:
+    cache_store.store(KIND, name, packed(object_code, optimized_ir))
+
+
+def packed(object_code: bytes, optimized_ir: str) -> bytes:
+    """An entry's payload: the object's size, the object, the IR text."""
+    return len(object_code).to_bytes(8, "little") + bytes(object_code) + \
+        optimized_ir.encode()
+
+
+def unpack(body: "bytes | None"):
+    """(object code, optimized IR) of a payload made by `packed`, or None."""
     if body is None or len(body) < 8:
         return None
     size = int.from_bytes(body[:8], "little")
@@ -42,8 +56,3 @@ def load(name: str):
         return body[8:8 + size], body[8 + size:].decode()
     except UnicodeDecodeError:
         return None
-
-
-def store(name: str, object_code: bytes, optimized_ir: str) -> None:
-    cache_store.store(KIND, name, len(object_code).to_bytes(8, "little") +
-                      bytes(object_code) + optimized_ir.encode())

@@ -47,8 +47,8 @@ def usable(features: str) -> bool:
 
 
 def declare(module: ir.Module, name: str = NAME) -> ir.Function:
-    """The product function, declared in a program's module (NativeModule links in its
-    optimized body, gemm_ir.optimized_ir)."""
+    """The product function, declared in a program's module (its object code comes from
+    gemm_ir.compiled)."""
     if name in module.globals:
         return module.globals[name]
     return ir.Function(module, amx.signature(I32), name)
