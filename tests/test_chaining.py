@@ -62,9 +62,9 @@ def _lowered(g, y, threads=2):
     seen = {}
     real = codegen.emit_module
 
-    def spy(name, lowered, n, profile=False):
+    def spy(name, lowered, n, profile=False, **kwargs):
         seen["lowered"] = lowered
-        return real(name, lowered, n, profile)
+        return real(name, lowered, n, profile, **kwargs)
     codegen.emit_module = spy
     try:
         with g:

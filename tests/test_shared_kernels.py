@@ -23,8 +23,8 @@ def _emitted(monkeypatch, y, **options):
     seen = {}
     real = codegen.emit_module
 
-    def spy(name, lowered, threads, profile=False):
-        text = real(name, lowered, threads, profile)
+    def spy(name, lowered, threads, profile=False, **kwargs):
+        text = real(name, lowered, threads, profile, **kwargs)
         seen.setdefault("profile" if profile else "main", (text, len(lowered.kernels)))
         return text
     monkeypatch.setattr(codegen, "emit_module", spy)

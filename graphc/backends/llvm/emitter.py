@@ -241,10 +241,20 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
         self.b.store(self.to_storage(value, buf.dtype), self._ptr(buf, index))
 
     def index(self, e: ix.IExpr) -> ir.Value:
+        """e's value, emitted once in scope for each object and for each structure (the
+        addresses of a stencil's taps share their terms); a data index (gather) is
+        keyed by its object alone."""
         key = ("i", id(e))
         if key in self.cache:
             return self.cache[key][0]
-        v = self._index(e)
+        same = ("s", e) if not isinstance(e, (ix.IConst, ix.IVar)) and \
+            not ix.has_data_index(e) else None
+        if same is not None and same in self.cache:
+            v = self.cache[same][0]
+        else:
+            v = self._index(e)
+            if same is not None:
+                self.cache[same] = (v, e)
         self.cache[key] = (v, e)
         return v
 
@@ -255,6 +265,9 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
         if isinstance(e, ix.IVar):
             return self.env[e.name]
         if isinstance(e, ix.IAdd):
+            terms, offset = _terms_and_offset(e)
+            if offset and terms:       # (terms) + offset: the terms shared by every offset
+                return b.add(self.index(_sum(terms)), ir.Constant(I64, offset))
             return b.add(self.index(e.a), self.index(e.b))
         if isinstance(e, ix.IMul):
             return b.mul(self.index(e.a), ir.Constant(I64, e.c))
@@ -295,6 +308,27 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
         raise CompileError(f"unknown index expression {e!r}")
 
     # -- values --------------------------------------------------------------------------
+
+
+def _terms_and_offset(e: ix.IExpr):
+    """The non-constant terms of a sum (in a fixed order) and its constant."""
+    terms, offset, todo = [], 0, [e]
+    while todo:
+        t = todo.pop()
+        if isinstance(t, ix.IAdd):
+            todo += (t.a, t.b)
+        elif isinstance(t, ix.IConst):
+            offset += t.value
+        else:
+            terms.append(t)
+    return sorted(terms, key=ix.show), offset
+
+
+def _sum(terms: list) -> ix.IExpr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = ix.IAdd(out.lo + t.lo, out.hi + t.hi, out, t)
+    return out
 
 
 MAX_UNSWITCHED_COPIES = 64     # copies of a loop nest that hoisting choices may make
