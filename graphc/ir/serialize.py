@@ -14,6 +14,7 @@ from graphc_runtime.errors import ArtifactError
 from . import dtypes
 from .graph import Graph
 from .primitive import freeze, lookup
+from .region import Region
 
 FORMAT = "graphc-graph"
 VERSION = 1
@@ -62,8 +63,14 @@ def _tensor_bytes(digest, tensors) -> bytes:
     return found
 
 
+_PLAIN = frozenset((int, str, bool, type(None)))      # JSON as they are
+
+
 def _encode(value, tensors=None):
-    from .region import Region
+    if type(value) in _PLAIN:
+        return value
+    if isinstance(value, tuple) and _PLAIN.issuperset(map(type, value)):
+        return {"__tuple__": list(value)}
     if isinstance(value, Region):
         return {"__region__": graph_to_dict(value.graph, value.outputs, False, tensors),
                 "params": [p.id for p in value.params]}
@@ -83,7 +90,6 @@ def _decode(value, tensors=None):
         if "__ndarray__" in value or "__tensor__" in value:
             return decode_array(value, tensors)
         if "__region__" in value:
-            from .region import Region
             graph, outputs = graph_from_dict(value["__region__"], tensors)
             params = [graph.nodes[i] for i in value["params"]]
             if any(p.op != "parameter" for p in params) or outputs is None:
