@@ -9,7 +9,7 @@ from ..ir.primitive import is_transcendental
 from . import index as ix
 from .build_loop import acc_dtype as _acc_dtype
 from .expressions import ExprBuilder
-from .ir import Choose, Const, Illegal, Load, Prim, Reduction, RowKernel, Store
+from .ir import Acc, Choose, Const, Illegal, Load, Prim, Reduction, RowKernel, Store
 
 
 REDUCE_KIND = {"reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
@@ -81,9 +81,22 @@ def build_row(name, roots, members, buffer_of, dests) -> RowKernel:
         else:
             raise Illegal(f"root %{r.id} {r.type_str()} does not fit the row domain")
     row_values.append(new_row_values(seen))
+    stage_stores = [s for s in full_stores if _without_last_result(s.value, len(stages) - 1)]
+    full_stores = [s for s in full_stores if s not in stage_stores]
     stashed = _stash_candidates(stages, full_stores, red_shape)
     return RowKernel(name, kept_shape, kvars, red_shape, rvars, full, stages, row_stores,
-                     full_stores, row_values, stashed)
+                     full_stores, row_values, stashed, stage_stores)
+
+
+def _without_last_result(value, last: int) -> bool:
+    """Whether a full-index value can be stored in the last stage's loop: it reads no
+    accumulator of that stage, nor any buffer through a data-dependent index."""
+    for e in value_exprs([value]):
+        if isinstance(e, Acc) and e.stage >= last:
+            return False
+        if isinstance(e, Load) and any(ix.has_data_index(i) for i in e.index):
+            return False
+    return True
 
 
 MAX_STASH_ELEMENTS = 1 << 15

@@ -161,14 +161,18 @@ class RowKernel(Kernel):
     # expressions that depend on the row only, evaluated once per row before that stage
     stashed: list = field(default_factory=list)      # (stage, expr): full-index values
     # computed in that stage's loop and kept in a row-sized scratch for later loops
+    stage_stores: list = field(default_factory=list)  # stores over the reduced dims made
+    # in the last stage's loop (their values need none of its result): one pass, values
+    # the stage computes anyway not computed again
     kind = "row"
 
     def reads(self) -> list:
         return loads_of([r.value for r in self.reductions] +
-                        [s.value for s in self.row_stores + self.full_stores])
+                        [s.value for s in self.row_stores + self.stage_stores +
+                         self.full_stores])
 
     def writes(self) -> list:
-        return self.row_stores + self.full_stores
+        return self.row_stores + self.stage_stores + self.full_stores
 
 
 @dataclass

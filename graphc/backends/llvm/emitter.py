@@ -202,7 +202,7 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
 
     def emit_row(self, k) -> None:
         self.splits = interior.guards([r.value for r in k.reductions] +
-                                      [s.value for s in k.full_stores])
+                                      [s.value for s in k.stage_stores + k.full_stores])
         self.outer_loops(k.kept_vars, lambda: self.row(k))
         self.splits = {}
 

@@ -45,6 +45,8 @@ class ReductionEmitter:
                 # where it lies under a value an earlier stage kept (loaded, not computed)
                 for _, ptr, e in mine:
                     b.store(self.value(e), b.gep(ptr, [self.index(lin_all)]))
+                if red is k.reductions[-1]:
+                    self.stores(k.stage_stores)
                 cur = b.load(acc)
                 if idx is None:
                     b.store(self._combine(red.kind, red.acc_dtype, cur, v), acc)
