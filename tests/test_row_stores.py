@@ -1,7 +1,9 @@
 """A row kernel's stores over the reduced dims whose values need no result of its last
 reduction are made in that reduction's loop (kernels/build_row.py: stage_stores): one
 pass over the row, the shared values computed once. The bias gradient of a ReLU layer
-is the case: the masked gradient is written and summed in one loop."""
+is the case: the masked gradient is written and summed in one loop. And a max pool's
+gradient, moved back from its windows, is written by its own kernel before a row kernel
+sums it (schedule/merge_rules.py)."""
 import numpy as np
 import pytest
 
@@ -70,3 +72,32 @@ def test_a_variable_updated_in_the_loop_that_sums_it(monkeypatch):
         want = want * 0.5 + 1.0
         np.testing.assert_allclose(got, (want * want).sum(axis=0), rtol=1e-5)
         np.testing.assert_allclose(exe.variables["w"], want, rtol=1e-6)
+
+
+
+def test_a_max_pool_gradient_is_put_back_by_its_own_kernel(monkeypatch):
+    """The gradient of a 2 x 2 max pool is moved back from its windows in runs of two
+    elements; the row kernel that sums it for a bias gradient reads it written once,
+    not recomputed through that move in each of its passes (merge_rules._short_runs).
+    The step gives what the plan without the rule gives."""
+    from bench.__main__ import cnn_graph
+    from graphc.schedule import merge_rules
+    rng = np.random.default_rng(4)
+    feeds = {"x": rng.standard_normal((4, 1, 28, 28)).astype(np.float32),
+             "y": rng.integers(0, 10, 4).astype(np.int32)}
+    steps = {}
+    for rule in (True, False):
+        if not rule:
+            monkeypatch.setattr(merge_rules, "_short_runs", lambda node: False)
+        g, loss, updates = cnn_graph(batch=4)
+        with g:
+            exe, rows = _row_kernels(monkeypatch, {"loss": loss}, updates)
+        bias_rows = [r for r in rows if r.kept_shape in ((8,), (16,))]
+        assert len(bias_rows) == 2
+        read = [{ld.buffer.id for ld in K.loads_of([red.value for red in r.reductions])}
+                for r in bias_rows]
+        assert all(len(ids) == 1 for ids in read) == rule
+        steps[rule] = [float(exe(**feeds)["loss"]) for _ in range(3)] + \
+            [exe.variables[k] for k in sorted(exe.variables)]
+    for a, b in zip(steps[True], steps[False]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -80,9 +80,11 @@ def compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False) 
     # row: every reduction over one domain; loop parts over that domain or its rows. A
     # row kernel reads its operands in more than one pass (a norm's mean, then each
     # element minus it), along its rows: a depthwise convolution's terms (windows over
-    # another layout) are written once by their own kernel instead
+    # another layout) and values gathered in short runs (a max pool's gradient put back
+    # from its 2 x 2 windows) are written once by their own kernel instead
     if producer_consumer and a.kind == "loop" and b.kind == "row" and \
-            any(m.op == "window_view" for m in a.members.values()):
+            any(m.op == "window_view" or m.op == "transpose" and _short_runs(m)
+                for m in a.members.values()):
         return False
     sigs = {K.reduction_signature(m) for g in (a, b) for m in g.members.values()
             if m.op in K.REDUCE_KIND}
@@ -93,6 +95,18 @@ def compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False) 
     if _one_long_row(shape, kept) and any(r.shape == shape for g in (a, b) for r in g.roots):
         return False
     return all(r.shape in (shape, kept) for g in (a, b) for r in g.roots)
+
+
+SHORT_RUN = 8     # contiguous elements: a transpose reading fewer at a time is gathering
+
+
+def _short_runs(transpose: Node) -> bool:
+    """Whether a transpose keeps its minor axis but reads it in runs of fewer than
+    SHORT_RUN contiguous elements (a transpose moving the minor axis reads with one
+    stride, which the row kernels take well: attention's K transposed)."""
+    perm = transpose.attrs["permutation"]
+    last = transpose.shape[-1] if transpose.shape else SHORT_RUN
+    return perm[-1] == len(perm) - 1 and isinstance(last, int) and last < SHORT_RUN
 
 
 SERIAL_ROW_LIMIT = 1 << 15    # elements of a whole-tensor reduction's one row up to which
