@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from graphc_runtime.dims import hint
 
@@ -28,9 +27,6 @@ from ..passes.program import Program
 from .policy import SchedulePolicy
 from .merge_rules import MAX_GROUP_DEPTH, compatible, merged_kind
 from .strides import view_strides
-
-if TYPE_CHECKING:       # networkx is imported where used (0.09 s of `import graphc`)
-    import networkx as nx
 
 DUPLICATION_LIMIT = 24        # recompute budget, in cheap-op units per output element
 
@@ -301,27 +297,71 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
 
 # -- merging -------------------------------------------------------------------------------
 
-def group_graph(plan_: FusionPlan) -> nx.DiGraph:
-    import networkx as nx
-    g = nx.DiGraph()
+class GroupGraph:
+    """Groups and an edge from each group to each group that reads a value it writes, in
+    the order found (edges() as networkx's DiGraph gives them, at a fraction of its cost:
+    _merge builds one per merge)."""
+
+    def __init__(self, ids):
+        self.succ = {i: {} for i in ids}
+
+    def add_edge(self, a, b) -> None:
+        self.succ[a][b] = None
+
+    def edges(self) -> list:
+        return [(a, b) for a, out in self.succ.items() for b in out]
+
+    def has_edge(self, a, b) -> bool:
+        return b in self.succ.get(a, ())
+
+    def successors(self, a):
+        return iter(self.succ[a])
+
+    def has_path(self, a, b) -> bool:
+        todo, seen = [a], {a}
+        while todo:
+            x = todo.pop()
+            if x == b:
+                return True
+            for y in self.succ[x]:
+                if y not in seen:
+                    seen.add(y)
+                    todo.append(y)
+        return False
+
+
+def group_graph(plan_: FusionPlan, seen: dict | None = None) -> GroupGraph:
+    """The plan's GroupGraph (`seen`: a cache of each group's external inputs, kept
+    across calls by _merge)."""
+    g = GroupGraph(grp.id for grp in plan_.groups)
     for grp in plan_.groups:
-        g.add_node(grp.id)
-    for grp in plan_.groups:
-        for m in grp.members.values():
-            for i in m.inputs:
-                if i.id in grp.members:
-                    continue
-                src = plan_.node_group.get(i.id)
-                if src is not None and src != grp.id:
-                    g.add_edge(src, grp.id)
+        for i in _external_inputs(grp, seen):
+            src = plan_.node_group.get(i.id)
+            if src is not None and src != grp.id:
+                g.add_edge(src, grp.id)
     return g
 
 
-def _creates_cycle(graph: nx.DiGraph, a: int, b: int) -> bool:
-    import networkx as nx
+def _external_inputs(grp: Group, seen: dict | None) -> list:
+    """The nodes a group's members read from outside it, in the order they are first
+    read (a group's members never change: a merge makes a new group)."""
+    known = seen.get(id(grp)) if seen is not None else None
+    if known is not None and known[0] is grp:
+        return known[1]
+    found: dict = {}
+    for m in grp.members.values():
+        for i in m.inputs:
+            if i.id not in grp.members:
+                found.setdefault(i.id, i)
+    if seen is not None:
+        seen[id(grp)] = (grp, list(found.values()))
+    return list(found.values())
+
+
+def _creates_cycle(graph: GroupGraph, a: int, b: int) -> bool:
     for x, y in ((a, b), (b, a)):
         for s in graph.successors(x):
-            if s != y and nx.has_path(graph, s, y):
+            if s != y and graph.has_path(s, y):
                 return True
     return False
 
@@ -333,12 +373,13 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots,
     # a verdict is never asked again of a changed group): each merge rescans every pair
     compatible_: dict = {}         # (id a, id b, edge) -> (a, b, compatible)
     refused: dict = {}             # (id a, id b, root ids) -> (a, b): the probe did not fit
+    inputs: dict = {}              # id(group) -> (group, its external inputs)
     changed = True
     while changed:
         changed = False
-        graph = group_graph(plan_)
+        graph = group_graph(plan_, inputs)
         alive = {g.id: g for g in plan_.groups}
-        pairs = list(graph.edges()) + _sibling_pairs(plan_, alive)
+        pairs = list(graph.edges()) + _sibling_pairs(plan_, alive, inputs)
         for a_id, b_id in pairs:
             if a_id not in alive or b_id not in alive or a_id == b_id:
                 continue
@@ -411,18 +452,17 @@ def _needed_roots(roots, members, plan_, alive, a_id, b_id, program_roots, users
 DATA_MOVEMENT = {"concatenate", "pad", "gather"}
 
 
-def _sibling_pairs(plan_: FusionPlan, alive) -> list:
+def _sibling_pairs(plan_: FusionPlan, alive, seen: dict | None = None) -> list:
     """Loop groups of one shape that read a common buffer. Groups that rearrange data
     (concatenate, pad, gather) read it at different places, so merging them saves no
     memory traffic and makes a slower loop: they are left alone."""
     readers: dict = {}
     for g in plan_.groups:
-        if g.kind != "loop" or any(m.op in DATA_MOVEMENT for m in g.members.values()):
+        if g.kind != "loop" or _moves_data(g):
             continue
-        for m in g.members.values():
-            for i in m.inputs:
-                if i.id not in g.members and hint(i.size) > 1:
-                    readers.setdefault(i.id, set()).add(g.id)
+        for i in _external_inputs(g, seen):
+            if hint(i.size) > 1:
+                readers.setdefault(i.id, set()).add(g.id)
     pairs = []
     for ids in readers.values():
         ids = sorted(ids)
@@ -430,6 +470,14 @@ def _sibling_pairs(plan_: FusionPlan, alive) -> list:
             if alive[ids[0]].shape() == alive[x].shape():
                 pairs.append((ids[0], x))
     return pairs
+
+
+def _moves_data(g: Group) -> bool:
+    moves = g.__dict__.get("_moves_data")
+    if moves is None:
+        moves = g.__dict__["_moves_data"] = any(m.op in DATA_MOVEMENT
+                                                for m in g.members.values())
+    return moves
 
 
 def describe(plan_: FusionPlan) -> str:
