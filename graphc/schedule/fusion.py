@@ -6,7 +6,7 @@
    pure views of a buffer (folded into their index arithmetic), nothing else.
 2. Group: each materialized value with the unmaterialized values it depends on
    (loop fusion; producers with several consumers are duplicated into each).
-3. Merge groups, checked on the contracted group graph (networkx) so that no cycle
+3. Merge groups, checked on the contracted group graph (digraph.py) so that no cycle
    appears, and by building the merged kernel (a merge the kernel IR cannot express is
    skipped): row fusion of reductions over one domain with their elementwise consumers
    (softmax and layer norm become one kernel), multi-output fusion of producer/consumer
@@ -24,6 +24,7 @@ from ..kernels import kernel as K
 from ..ir.graph import Node
 from ..ir.primitive import lookup
 from ..passes.program import Program
+from .digraph import DiGraph
 from .policy import SchedulePolicy
 from .merge_rules import MAX_GROUP_DEPTH, compatible, merged_kind
 from .strides import view_strides
@@ -297,43 +298,10 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
 
 # -- merging -------------------------------------------------------------------------------
 
-class GroupGraph:
-    """Groups and an edge from each group to each group that reads a value it writes, in
-    the order found (edges() as networkx's DiGraph gives them, at a fraction of its cost:
-    _merge builds one per merge)."""
-
-    def __init__(self, ids):
-        self.succ = {i: {} for i in ids}
-
-    def add_edge(self, a, b) -> None:
-        self.succ[a][b] = None
-
-    def edges(self) -> list:
-        return [(a, b) for a, out in self.succ.items() for b in out]
-
-    def has_edge(self, a, b) -> bool:
-        return b in self.succ.get(a, ())
-
-    def successors(self, a):
-        return iter(self.succ[a])
-
-    def has_path(self, a, b) -> bool:
-        todo, seen = [a], {a}
-        while todo:
-            x = todo.pop()
-            if x == b:
-                return True
-            for y in self.succ[x]:
-                if y not in seen:
-                    seen.add(y)
-                    todo.append(y)
-        return False
-
-
-def group_graph(plan_: FusionPlan, seen: dict | None = None) -> GroupGraph:
-    """The plan's GroupGraph (`seen`: a cache of each group's external inputs, kept
-    across calls by _merge)."""
-    g = GroupGraph(grp.id for grp in plan_.groups)
+def group_graph(plan_: FusionPlan, seen: dict | None = None) -> DiGraph:
+    """Groups, and an edge from each group to the groups that read a value it writes
+    (`seen`: a cache of each group's external inputs, kept across calls by _merge)."""
+    g = DiGraph(grp.id for grp in plan_.groups)
     for grp in plan_.groups:
         for i in _external_inputs(grp, seen):
             src = plan_.node_group.get(i.id)
@@ -358,7 +326,7 @@ def _external_inputs(grp: Group, seen: dict | None) -> list:
     return list(found.values())
 
 
-def _creates_cycle(graph: GroupGraph, a: int, b: int) -> bool:
+def _creates_cycle(graph: DiGraph, a: int, b: int) -> bool:
     for x, y in ((a, b), (b, a)):
         for s in graph.successors(x):
             if s != y and graph.has_path(s, y):

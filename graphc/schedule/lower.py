@@ -8,7 +8,6 @@ and plans the arena for the temporaries.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from graphc_runtime.errors import CompileError
 
@@ -19,11 +18,9 @@ from ..kernels import kernel as K
 from ..passes.program import Program
 from . import chaining, memory
 from .bodies import build_control
+from .digraph import DiGraph
 from .fusion import FusionPlan, Group
 from .policy import SchedulePolicy
-
-if TYPE_CHECKING:       # networkx is imported where used (0.09 s of `import graphc`)
-    import networkx as nx
 
 
 @dataclass
@@ -137,7 +134,6 @@ class _Lowering:
         """A variable's new value is written into the variable in place where its kernel
         reads the old value only where it writes the new one and no cycle follows; else
         it is copied after every reader of the old value."""
-        import networkx as nx
         groups, group_of, dests = self.groups, self.group_of, self.dests
         self.graph_edges = _group_edges(groups, group_of)
         self.in_place, self.copied = [], []
@@ -157,7 +153,7 @@ class _Lowering:
                     else []
                 trial = self.graph_edges.copy()
                 trial.add_edges_from((r, g) for r in readers)
-                ok = nx.is_directed_acyclic_graph(trial) and _identity_access(
+                ok = trial.is_acyclic() and _identity_access(
                     grp, n, self.var_nodes.get(name), target, self.source_buffer, dests)
                 if ok:
                     self.graph_edges = trial
@@ -203,8 +199,7 @@ class _Lowering:
     def build_kernels(self) -> None:
         """A kernel per group (builders.py; control groups through bodies.py) and per
         copy, and the dependencies between them."""
-        import networkx as nx
-        deps, kernel_of = nx.DiGraph(), {}
+        deps, kernel_of = DiGraph(), {}
         dests_of = lambda n: self.dests[n.id]
         for g in self.groups:
             if g.kind == "control":
@@ -262,7 +257,6 @@ class _Lowering:
     def order_kernels(self) -> None:
         """Dependencies first, and every reader of a variable before its in-place writer
         (or its update copy); otherwise the groups' order."""
-        import networkx as nx
         deps = self.deps
         for name in self.in_place:
             writer = ("g", self.group_of[dict(self.program.updates)[name].id])
@@ -272,11 +266,10 @@ class _Lowering:
             if dst.kind == "variable":
                 deps.add_edges_from((r, ("c", k)) for r in self.old_readers.get(dst.name, [])
                                     if r != ("c", k))
-        if not nx.is_directed_acyclic_graph(deps):
-            raise CompileError("internal: the kernel schedule has a cycle")
         position = {key: n for n, key in enumerate(self.kernel_of)}
-        self.order = list(nx.lexicographical_topological_sort(deps,
-                                                              key=lambda key: position[key]))
+        self.order = deps.topological_order(lambda key: position[key])
+        if self.order is None:
+            raise CompileError("internal: the kernel schedule has a cycle")
         self.kernels = [self.kernel_of[key] for key in self.order]
 
     def private_buffers(self) -> None:
@@ -345,9 +338,8 @@ def _unique_loads(k):
     return list(seen.values())
 
 
-def _group_edges(groups, group_of) -> nx.DiGraph:
-    import networkx as nx
-    graph = nx.DiGraph()
+def _group_edges(groups, group_of) -> DiGraph:
+    graph = DiGraph()
     for g in groups:
         graph.add_node(g.id)
         for m in g.members.values():
