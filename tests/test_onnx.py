@@ -518,3 +518,27 @@ def test_provenance_survives_import_passes_and_fusion(rng, tmp_path):
     from graphc import viewer
     page = viewer.model_page(model)
     assert "encoder/dense/MatMul" in page
+
+
+def test_shape_inference_sees_large_weights_as_declared_inputs():
+    """ONNX's shape inference is given the model with its large initializers declared as
+    inputs (narrow._weights_declared): the element types it infers are those of the whole
+    model, and the model passed in keeps its weights."""
+    from graphc.onnx import narrow
+    big = numpy_helper.from_array(np.arange(4096, dtype=np.uint8).reshape(64, 64), "big")
+    shape = numpy_helper.from_array(np.array([4096], np.int64), "shape")
+    nodes = [helper.make_node("Add", ["x", "big"], ["s"]),
+             helper.make_node("Reshape", ["s", "shape"], ["flat"]),
+             helper.make_node("Cast", ["flat"], ["y"], to=TensorProto.INT16)]
+    m = _model(nodes, [_vi("x", [64, 64], TensorProto.UINT8)],
+               [_vi("y", [4096], TensorProto.INT16)], [big, shape])
+    whole = onnx.shape_inference.infer_shapes(m)
+    want = {vi.name: vi.type.tensor_type.elem_type
+            for vi in list(whole.graph.value_info) + list(whole.graph.output)}
+    assert narrow.inferred_types(m) == want and want["s"] == TensorProto.UINT8
+    light = narrow._weights_declared(m)
+    assert [t.name for t in light.graph.initializer] == ["shape"]
+    assert "big" in {i.name for i in light.graph.input}
+    assert [t.name for t in m.graph.initializer] == ["big", "shape"]
+    assert np.array_equal(numpy_helper.to_array(m.graph.initializer[0]),
+                          np.arange(4096, dtype=np.uint8).reshape(64, 64))
