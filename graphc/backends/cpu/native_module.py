@@ -3,8 +3,8 @@
 A large program is cut into parts (module_parts.py) compiled by several processes at once
 (llvm_workers.py); each of graphc's own GEMM kernels it calls is one more object, kept
 for the process and in the cache (gemm_ir.compiled). The objects are packed into one
-blob (graphc_runtime.objects) that the runtime loads as one program. Either way the result is kept in the persistent object cache (object_cache.py), keyed
-by the whole IR.
+blob (graphc_runtime.objects) that the runtime loads as one program. Either way the
+result is kept in the persistent object cache (object_cache.py), keyed by the whole IR.
 """
 from __future__ import annotations
 
