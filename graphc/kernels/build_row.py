@@ -81,8 +81,10 @@ def build_row(name, roots, members, buffer_of, dests) -> RowKernel:
         else:
             raise Illegal(f"root %{r.id} {r.type_str()} does not fit the row domain")
     row_values.append(new_row_values(seen))
-    stage_stores = [s for s in full_stores if _without_last_result(s.value, len(stages) - 1)]
-    full_stores = [s for s in full_stores if s not in stage_stores]
+    stage_stores, after = [], []
+    for s in full_stores:
+        (stage_stores if _without_last_result(s.value, len(stages) - 1) else after).append(s)
+    full_stores = after
     stashed = _stash_candidates(stages, full_stores, red_shape)
     return RowKernel(name, kept_shape, kvars, red_shape, rvars, full, stages, row_stores,
                      full_stores, row_values, stashed, stage_stores)

@@ -298,32 +298,29 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
 
 # -- merging -------------------------------------------------------------------------------
 
-def group_graph(plan_: FusionPlan, seen: dict | None = None) -> DiGraph:
-    """Groups, and an edge from each group to the groups that read a value it writes
-    (`seen`: a cache of each group's external inputs, kept across calls by _merge)."""
+def group_graph(plan_: FusionPlan) -> DiGraph:
+    """Groups, and an edge from each group to the groups that read a value it writes."""
     g = DiGraph(grp.id for grp in plan_.groups)
     for grp in plan_.groups:
-        for i in _external_inputs(grp, seen):
+        for i in _external_inputs(grp):
             src = plan_.node_group.get(i.id)
             if src is not None and src != grp.id:
                 g.add_edge(src, grp.id)
     return g
 
 
-def _external_inputs(grp: Group, seen: dict | None) -> list:
+def _external_inputs(grp: Group) -> list:
     """The nodes a group's members read from outside it, in the order they are first
-    read (a group's members never change: a merge makes a new group)."""
-    known = seen.get(id(grp)) if seen is not None else None
-    if known is not None and known[0] is grp:
-        return known[1]
-    found: dict = {}
-    for m in grp.members.values():
-        for i in m.inputs:
-            if i.id not in grp.members:
-                found.setdefault(i.id, i)
-    if seen is not None:
-        seen[id(grp)] = (grp, list(found.values()))
-    return list(found.values())
+    read; kept on the group (its members never change: a merge makes a new group)."""
+    found = grp.__dict__.get("_external_inputs")
+    if found is None:
+        first: dict = {}
+        for m in grp.members.values():
+            for i in m.inputs:
+                if i.id not in grp.members:
+                    first.setdefault(i.id, i)
+        found = grp.__dict__["_external_inputs"] = list(first.values())
+    return found
 
 
 def _creates_cycle(graph: DiGraph, a: int, b: int) -> bool:
@@ -341,13 +338,12 @@ def _merge(plan_: FusionPlan, program: Program, users, program_roots,
     # a verdict is never asked again of a changed group): each merge rescans every pair
     compatible_: dict = {}         # (id a, id b, edge) -> (a, b, compatible)
     refused: dict = {}             # (id a, id b, root ids) -> (a, b): the probe did not fit
-    inputs: dict = {}              # id(group) -> (group, its external inputs)
     changed = True
     while changed:
         changed = False
-        graph = group_graph(plan_, inputs)
+        graph = group_graph(plan_)
         alive = {g.id: g for g in plan_.groups}
-        pairs = list(graph.edges()) + _sibling_pairs(plan_, alive, inputs)
+        pairs = list(graph.edges()) + _sibling_pairs(plan_, alive)
         for a_id, b_id in pairs:
             if a_id not in alive or b_id not in alive or a_id == b_id:
                 continue
@@ -420,7 +416,7 @@ def _needed_roots(roots, members, plan_, alive, a_id, b_id, program_roots, users
 DATA_MOVEMENT = {"concatenate", "pad", "gather"}
 
 
-def _sibling_pairs(plan_: FusionPlan, alive, seen: dict | None = None) -> list:
+def _sibling_pairs(plan_: FusionPlan, alive) -> list:
     """Loop groups of one shape that read a common buffer. Groups that rearrange data
     (concatenate, pad, gather) read it at different places, so merging them saves no
     memory traffic and makes a slower loop: they are left alone."""
@@ -428,7 +424,7 @@ def _sibling_pairs(plan_: FusionPlan, alive, seen: dict | None = None) -> list:
     for g in plan_.groups:
         if g.kind != "loop" or _moves_data(g):
             continue
-        for i in _external_inputs(g, seen):
+        for i in _external_inputs(g):
             if hint(i.size) > 1:
                 readers.setdefault(i.id, set()).add(g.id)
     pairs = []

@@ -19,7 +19,7 @@ from ..passes.program import Program
 from . import chaining, memory
 from .bodies import build_control
 from .digraph import DiGraph
-from .fusion import FusionPlan, Group
+from .fusion import FusionPlan, Group, group_graph
 from .policy import SchedulePolicy
 
 
@@ -135,7 +135,7 @@ class _Lowering:
         reads the old value only where it writes the new one and no cycle follows; else
         it is copied after every reader of the old value."""
         groups, group_of, dests = self.groups, self.group_of, self.dests
-        self.graph_edges = _group_edges(groups, group_of)
+        self.graph_edges = group_graph(self.plan)
         self.in_place, self.copied = [], []
         for name, n in self.program.updates:
             target = self.var_buf[name]
@@ -336,18 +336,6 @@ def _unique_loads(k):
     for ld in k.reads():
         seen[ld.buffer.id] = ld
     return list(seen.values())
-
-
-def _group_edges(groups, group_of) -> DiGraph:
-    graph = DiGraph()
-    for g in groups:
-        graph.add_node(g.id)
-        for m in g.members.values():
-            for i in m.inputs:
-                src = group_of.get(i.id)
-                if i.id not in g.members and src is not None and src != g.id:
-                    graph.add_edge(src, g.id)
-    return graph
 
 
 def _identity_access(group, value_node, var_node, target, source_buffer, dests) -> bool:
