@@ -9,6 +9,7 @@ import pytest
 import graphc as gc
 from graphc.api import bind
 from graphc.ir.ops.winograd import filter_transform
+from graphc.passes import conv_winograd
 from graphc.passes.conv_winograd import winograd_fits
 
 
@@ -53,9 +54,10 @@ CASES = [  # (x shape, out channels, padding, threads)
     ((1, 24, 12, 20), 40, ((1, 1), (1, 1)), 3),        # 2 blocks: ranges of channels
     ((3, 16, 22, 14), 16, ((2, 0), (0, 2)), 2),        # asymmetric padding
     ((2, 16, 20, 18), 24, ((0, 0), (0, 0)), 1),        # no padding: 18 x 16 outputs
-    # 32 blocks of one tile row (past WINOGRAD_IMAGE_BYTES: the compiler picks the
-    # windowed GEMM for it, so the test binds winograd_conv2d itself)
+    # 32 blocks of one tile row (32 tiles each)
     ((1, 48, 64, 64), 32, ((1, 1), (1, 1)), 2),
+    # ResNet-50's first stage (56 x 56 x 64): blocks of two tile rows (56 tiles)
+    ((1, 64, 56, 56), 64, ((1, 1), (1, 1)), 2),
 ]
 
 
@@ -150,11 +152,11 @@ def test_gradients_through_a_winograd_convolution():
     ((2, 16, 31, 32), (32, 16, 3, 3), {}),                             # odd output rows
     ((2, 8, 32, 32), (32, 8, 3, 3), {}),                               # few channels
     ((2, 16, 32, 32), (32, 16, 5, 5), {"padding": ((2, 2), (2, 2))}),  # 5x5
-    # an image's transforms past a core's L2 (ResNet-50's first stage, 56 x 56 x 64):
-    # the windowed GEMM is 3x faster there
-    ((1, 64, 56, 56), (64, 64, 3, 3), {"padding": ((1, 1), (1, 1))}),
+    # filters whose transform is past WINOGRAD_FILTER_BYTES (lowered for the test)
+    ((1, 64, 8, 8), (64, 64, 3, 3), {"padding": ((1, 1), (1, 1))}),
 ])
-def test_other_convolutions_keep_the_direct_product(xs, ws, kw):
+def test_other_convolutions_keep_the_direct_product(xs, ws, kw, monkeypatch):
+    monkeypatch.setattr(conv_winograd, "WINOGRAD_FILTER_BYTES", 16 * 64 * 64 * 4 - 1)
     rng = np.random.default_rng(7)
     with gc.Graph("direct"):
         x = gc.placeholder(xs, name="x")
@@ -271,3 +273,16 @@ def test_artifact_stores_the_filters_once_and_computes_their_transform(tmp_path)
     with pytest.raises(gc.ArtifactError, match="differs from the one|digest"):
         graphc_runtime.load(str(tmp_path / "bad.gcx"))
     assert hashlib.sha256(parts[name]).hexdigest() != source
+
+
+def test_blocks_hold_enough_tiles_for_the_products():
+    """A block's tile rows: the most within BLOCK_BYTES, but BLOCK_MIN_TILES tiles at
+    least (each of the 16 products that wide), or the whole image."""
+    from graphc.backends.cpu.winograd import BLOCK_BYTES, BLOCK_MIN_TILES, block_rows
+    assert BLOCK_MIN_TILES == 32
+    assert block_rows(16, 16, 32 << 10) == 4            # 32 x 32 x 32: 4 rows in 128 KB
+    assert block_rows(28, 28, BLOCK_BYTES - 1) == 2     # 56 x 56: 56 tiles, past the bytes
+    assert block_rows(14, 14, 16 * 128 * 14 * 4) == 7   # 28 x 28 x 128: 98 tiles
+    assert block_rows(7, 7, 16 * 256 * 7 * 4) == 7      # 14 x 14 x 256: the whole image
+    assert block_rows(32, 32, 16 * 48 * 32 * 4) == 1    # one row is 32 tiles
+    assert block_rows(5, 5, 1 << 30) == 5               # 25 tiles in all: the image

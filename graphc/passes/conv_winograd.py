@@ -10,18 +10,19 @@ from .program import Builder
 
 WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_TILE_BYTES = 256 << 10
-# an image's transformed input and output tiles and the transformed filters: past about
-# a core's L2 cache the kernel runs far below the windowed GEMM (measured, one image,
-# 2 threads: 2.4 MB 1.9x faster than the GEMM, 3.3 MB 0.73x, 4.3-6.7 MB 0.2-0.35x)
-WINOGRAD_IMAGE_BYTES = 2816 << 10
+WINOGRAD_FILTER_BYTES = 16 << 20
+# the filters' transform (16 x O x C): 1024 channels at 14 x 14 (64 MB, computed per
+# call from variable filters) ran at 0.92x the windowed GEMM, 512 channels (16 MB)
+# 1.12-1.54x; below it every ResNet stage at 224 x 224 runs 1.4-1.7x faster (one
+# image and 8, 2 threads: docs/performance.md)
 
 
 def winograd_fits(node, x, w) -> bool:
     """Whether a convolution runs as winograd_conv2d (ir/ops/winograd.py; CPU only): a
     3x3 window at stride 1 without dilation, static sizes, even output sizes, at least
     WINOGRAD_MIN_CHANNELS in and out (the per-position products contract the input
-    channels), one row of tiles' transforms within WINOGRAD_TILE_BYTES and an image's
-    (with the filters') within WINOGRAD_IMAGE_BYTES."""
+    channels), one row of tiles' transforms within WINOGRAD_TILE_BYTES and the filters'
+    within WINOGRAD_FILTER_BYTES."""
     a = node.attrs
     static = all(isinstance(d, int) for d in tuple(x.shape[1:]) + tuple(node.shape[1:]))
     if not static or tuple(w.shape[2:]) != (3, 3) or node.dtype not in ("float32", "float64"):
@@ -31,9 +32,8 @@ def winograd_fits(node, x, w) -> bool:
     o, c, oh, ow = node.shape[1], x.shape[1], node.shape[2], node.shape[3]
     item = x.nbytes // max(x.size, 1)
     row_bytes = 16 * max(o, c) * (ow // 2) * item
-    image_bytes = 16 * ((oh // 2) * (ow // 2) * (c + o) + c * o) * item
     return oh % 2 == 0 and ow % 2 == 0 and min(o, c) >= WINOGRAD_MIN_CHANNELS and \
-        row_bytes <= WINOGRAD_TILE_BYTES and image_bytes <= WINOGRAD_IMAGE_BYTES
+        row_bytes <= WINOGRAD_TILE_BYTES and 16 * o * c * item <= WINOGRAD_FILTER_BYTES
 
 
 def winograd(b: Builder, node, xp, w):
