@@ -56,8 +56,11 @@ CASES = [  # (x shape, out channels, padding, threads)
     ((2, 16, 20, 18), 24, ((0, 0), (0, 0)), 1),        # no padding: 18 x 16 outputs
     # 32 blocks of one tile row (32 tiles each)
     ((1, 48, 64, 64), 32, ((1, 1), (1, 1)), 2),
-    # ResNet-50's first stage (56 x 56 x 64): blocks of two tile rows (56 tiles)
+    # ResNet-50's first stage (56 x 56 x 64): blocks of two tile rows (56 tiles), each
+    # row of 28 tiles in a run of 16 and the last 16
     ((1, 64, 56, 56), 64, ((1, 1), (1, 1)), 2),
+    ((2, 16, 28, 28), 24, ((1, 1), (1, 1)), 2),        # rows of 14 tiles: runs of 8
+    ((2, 32, 14, 14), 32, ((1, 1), (1, 1)), 1),        # rows of 7 tiles: one loop
 ]
 
 
@@ -286,3 +289,28 @@ def test_blocks_hold_enough_tiles_for_the_products():
     assert block_rows(7, 7, 16 * 256 * 7 * 4) == 7      # 14 x 14 x 256: the whole image
     assert block_rows(32, 32, 16 * 48 * 32 * 4) == 1    # one row is 32 tiles
     assert block_rows(5, 5, 1 << 30) == 5               # 25 tiles in all: the image
+
+
+@pytest.mark.parametrize("tiles", [4, 7, 8, 14, 16, 28, 56, 112])
+def test_tile_runs_cover_each_row_once_or_twice(tiles):
+    """A row's tiles go through runs of a power-of-two length (the innermost loop), the
+    last run overlapping the one before it where the length does not divide the row."""
+    from itertools import product
+    from graphc.backends.cpu.winograd import RUN_MIN_TILES, RUN_TILES, tile_runs
+    from graphc.kernels import index as ix
+    seen = []
+    runs = tile_runs("k", tiles)
+    for loops, tile in runs:
+        coefs, const = ix.affine(tile)
+        extents = [ix.extent_of(v) if isinstance(v, ix.IVar) else 1 for v in loops]
+        for values in product(*map(range, extents)):
+            seen.append(const + sum(coefs.get(getattr(v, "name", None), 0) * n
+                                    for v, n in zip(loops, values)))
+    assert sorted(set(seen)) == list(range(tiles))
+    inner = ix.extent_of(runs[0][0][-1])
+    if tiles < RUN_MIN_TILES:
+        assert len(runs) == 1 and inner == tiles
+    else:
+        assert inner == min(RUN_TILES, 1 << (tiles.bit_length() - 1))
+        assert all(ix.extent_of(loops[-1]) == inner for loops, _ in runs)   # the lanes
+        assert len(seen) == tiles // inner * inner + (inner if tiles % inner else 0)
