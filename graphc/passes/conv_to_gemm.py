@@ -11,7 +11,8 @@ IN_PLACE_MIN_ROW take the patch matrix.
 Patch matrix (im2col, or per output position for large windows over small outputs):
 pad, take strided slices, lay them out as a matrix, multiply, transpose back.
 Winograd (conv_winograd.py): 3x3 windows at stride 1 with even output sizes and 16 or
-more channels; the compile option winograd=False keeps the product.
+more channels; their filter gradients too (conv_winograd_grad.py); the compile option
+winograd=False keeps the product.
 Depthwise convolutions: a sum over the window of views of the padded input times
 per-channel weights, one fused loop kernel. Other grouped convolutions: a product per
 group (conv_grouped.py). Small convolutions keep the direct kernel.
@@ -28,6 +29,7 @@ from .conv_positions import per_output_position
 from .conv_input_dilated import input_dilated
 from .conv_patches import MAX_PATCH_BYTES, patch_bytes
 from .conv_winograd import winograd, winograd_decomposed, winograd_fits
+from .conv_winograd_grad import gradient_fits, winograd_filter_gradient
 from .program import Builder, Program, rebuild
 
 MIN_FLOPS = 1 << 20
@@ -423,6 +425,8 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
         positions = sym.prod(node.shape[2:])
         if use_winograd and flops >= MIN_FLOPS and winograd_fits(node, x, w):
             return winograd(builder, node, _padded(builder, x, a["padding"]), w)
+        if use_winograd and flops >= MIN_FLOPS and gradient_fits(node, x, w, MAX_PATCH_BYTES):
+            return winograd_filter_gradient(builder, node, _padded(builder, x, a["padding"]), w)
         # output rows shorter than a vector make the windowed kernel's reads short: the
         # patch matrix is 5x faster there (a 3x3 convolution over 7 x 7 x 512; the
         # ResNet-50-sized model 60 -> 46 ms, its strided 14 -> 7 window included)
