@@ -61,6 +61,9 @@ CASES = [  # (x shape, out channels, padding, threads)
     ((1, 64, 56, 56), 64, ((1, 1), (1, 1)), 2),
     ((2, 16, 28, 28), 24, ((1, 1), (1, 1)), 2),        # rows of 14 tiles: runs of 8
     ((2, 32, 14, 14), 32, ((1, 1), (1, 1)), 1),        # rows of 7 tiles: one loop
+    # odd outputs (constant filters): one more padded row and column, dropped after
+    ((2, 32, 7, 7), 48, ((1, 1), (1, 1)), 2),
+    ((2, 16, 9, 30), 16, ((1, 1), (1, 1)), 2),
 ]
 
 
@@ -152,7 +155,7 @@ def test_gradients_through_a_winograd_convolution():
 @pytest.mark.parametrize("xs,ws,kw", [
     ((2, 16, 32, 32), (32, 16, 3, 3), {"strides": (2, 2)}),            # strided
     ((2, 16, 32, 32), (32, 16, 3, 3), {"dilation": (2, 2), "padding": ((2, 2), (2, 2))}),
-    ((2, 16, 31, 32), (32, 16, 3, 3), {}),                             # odd output rows
+    ((8, 32, 5, 6), (64, 32, 3, 3), {}),           # odd output rows, fewer than 7
     ((2, 8, 32, 32), (32, 8, 3, 3), {}),                               # few channels
     ((2, 16, 32, 32), (32, 16, 5, 5), {"padding": ((2, 2), (2, 2))}),  # 5x5
     # filters whose transform is past WINOGRAD_FILTER_BYTES (lowered for the test)
@@ -314,3 +317,15 @@ def test_tile_runs_cover_each_row_once_or_twice(tiles):
         assert inner == min(RUN_TILES, 1 << (tiles.bit_length() - 1))
         assert all(ix.extent_of(loops[-1]) == inner for loops, _ in runs)   # the lanes
         assert len(seen) == tiles // inner * inner + (inner if tiles % inner else 0)
+
+
+def test_odd_outputs_under_computed_filters_keep_the_direct_product():
+    """Odd output sizes take Winograd under constant filters only: a transform per call
+    costs more than the padded tiles save (docs/performance.md)."""
+    with gc.Graph("odd"):
+        x = gc.placeholder((4, 32, 7, 7), name="x")
+        w = gc.placeholder((32, 32, 3, 3), name="w")
+        exe = gc.compile(_conv(x, w), inputs=[x, w])
+        assert "winograd_conv2d" not in exe.dump("optimized")
+        fixed = gc.compile(_conv(x, gc.constant(np.ones((32, 32, 3, 3), np.float32))))
+        assert "winograd_conv2d(" in fixed.dump("optimized")
