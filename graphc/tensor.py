@@ -82,7 +82,7 @@ def _literal_array(value, dtype=None) -> np.ndarray:
     if dtype is not None:
         return np.array(value, dtype=dtypes.to_numpy(dtypes.canonical(dtype)))
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
-        return np.array(value)
+        return np.asarray(value)         # the callers copy what they keep
     arr = np.array(value)
     if arr.dtype == np.float64:
         arr = arr.astype(np.float32)
@@ -96,12 +96,25 @@ def _literal_array(value, dtype=None) -> np.ndarray:
     return arr
 
 
+def _immutable(arr: np.ndarray) -> bool:
+    """Whether nothing can change arr's values: it and every array it views are
+    read-only, over the memory of a bytes object (an ONNX initializer's raw data), and
+    it lies aligned as numpy's own arrays do. Such a constant is kept without a copy."""
+    base = arr
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        base = base.base
+    return isinstance(base, bytes) and arr.ctypes.data % 16 == 0
+
+
 def constant(value, dtype=None, graph: Graph | None = None, name: str | None = None) -> Tensor:
     """A constant tensor holding (a copy of) `value`; `name` names its node."""
     arr = _literal_array(value, dtype)
     dtypes.canonical(arr.dtype)
-    arr = np.array(arr, order="C", copy=True)
-    arr.setflags(write=False)
+    if not (arr.flags.c_contiguous and _immutable(arr)):
+        arr = np.array(arr, order="C", copy=True)
+        arr.setflags(write=False)
     return bind_source("constant", graph or current_graph(), {"value": arr}, name=name)
 
 

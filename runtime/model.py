@@ -32,7 +32,12 @@ def array_bytes(a: np.ndarray) -> bytes:
     return a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
+VIEW_ALIGNMENT = 16      # what malloc gives numpy's arrays on 64-bit hosts
+
+
 def bytes_array(blob: bytes, shape, dtype: str, what: str) -> np.ndarray:
+    """The array of `blob`'s little-endian bytes: a read-only view of them where the host
+    is little-endian and they lie aligned, else a copy (ArtifactError for a wrong size)."""
     npd = NUMPY.get(dtype)
     if npd is None:
         raise ArtifactError(f"{what}: unknown dtype {dtype!r}")
@@ -40,7 +45,10 @@ def bytes_array(blob: bytes, shape, dtype: str, what: str) -> np.ndarray:
     if len(blob) != count * npd.itemsize:
         raise ArtifactError(f"{what}: holds {len(blob)} bytes, {shape} {dtype} needs "
                             f"{count * npd.itemsize}")
-    return np.frombuffer(blob, dtype=npd.newbyteorder("<")).astype(npd).reshape(shape)
+    a = np.frombuffer(blob, dtype=npd.newbyteorder("<"))
+    if a.dtype != npd or a.ctypes.data % VIEW_ALIGNMENT:   # another byte order, or a
+        a = a.astype(npd)             # view not aligned as numpy's own arrays are: a copy
+    return a.reshape(shape)           # else a read-only view of the bytes (not copied)
 
 
 def check_target(manifest: dict, label: str) -> None:

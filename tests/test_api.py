@@ -225,3 +225,20 @@ def test_integer_power_zero_is_one_everywhere():
         np.testing.assert_array_equal(gc.compile(y)(x), np.ones_like(x))
         np.testing.assert_array_equal(gc.evaluate(gc.ones_like(p) + gc.zeros_like(p)),
                                       np.ones_like(x))
+
+
+def test_constants_copy_what_can_change_and_keep_what_cannot(graph):
+    """gc.constant copies a writable array (changing it later changes nothing) but keeps
+    a read-only view of a bytes object (an ONNX initializer's raw data) as it is."""
+    writable = np.arange(6, dtype=np.float32)
+    c = gc.constant(writable)
+    writable[0] = 100.0
+    assert gc.evaluate(c)[0] == 0.0
+    frozen = np.frombuffer(np.arange(6, dtype=np.float32).tobytes(), np.float32)
+    assert not frozen.flags.writeable
+    kept = gc.constant(frozen).node.attrs["value"]
+    assert np.shares_memory(kept, frozen) == (frozen.ctypes.data % 16 == 0)
+    view = np.arange(6, dtype=np.float32)
+    view.setflags(write=False)           # read-only, but its owner could make it writable
+    assert not np.shares_memory(gc.constant(view).node.attrs["value"], view)
+    np.testing.assert_array_equal(gc.evaluate(gc.constant(frozen)), np.arange(6))

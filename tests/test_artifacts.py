@@ -227,3 +227,23 @@ def test_each_tensor_is_stored_once(tmp_path):
             assert any(np.array_equal(f, w) or np.array_equal(f, w.T) for f in found)
     np.testing.assert_array_equal(model(x=np.ones((8, 256), np.float32))["y"],
                                   exe(x=np.ones((8, 256), np.float32))["y"])
+
+
+def test_loaded_arrays_are_views_where_aligned_else_copies():
+    """runtime.model.bytes_array: a read-only view of aligned little-endian bytes, a copy
+    of bytes that lie misaligned (a section inside a larger buffer)."""
+    from graphc_runtime.model import bytes_array
+    values = np.arange(12, dtype=np.float32)
+    blob = values.tobytes()
+    got = bytes_array(blob, (3, 4), "float32", "t")
+    np.testing.assert_array_equal(got, values.reshape(3, 4))
+    assert not got.flags.writeable
+    assert np.shares_memory(got, np.frombuffer(blob, np.uint8)) == \
+        (np.frombuffer(blob, np.uint8).ctypes.data % 16 == 0)
+    shifted = memoryview(b"x" + blob)[1:]
+    moved = bytes_array(shifted, (12,), "float32", "t")
+    np.testing.assert_array_equal(moved, values)
+    misaligned = np.frombuffer(shifted, np.uint8).ctypes.data % 16 != 0
+    assert np.shares_memory(moved, np.frombuffer(shifted, np.uint8)) != misaligned
+    with pytest.raises(gc.ArtifactError, match="holds 48 bytes"):
+        bytes_array(blob, (13,), "float32", "t")
