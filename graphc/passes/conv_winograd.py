@@ -69,16 +69,44 @@ def winograd(b: Builder, node, xp, w):
                                  "strides": (1,) * 4}, like=node)
 
 
-def _combine(b: Builder, coefs, terms):
+def signed_sum(b: Builder, coefs, terms):
     """sum of coefs[i] * terms[i], coefficients in {-1, 0, 1} (a transform's row)."""
-    pos = [t for c, t in zip(coefs, terms) if c == 1]
-    neg = [t for c, t in zip(coefs, terms) if c == -1]
-    acc = pos[0]
+    pos = [t for k, t in zip(coefs, terms) if k == 1]
+    neg = [t for k, t in zip(coefs, terms) if k == -1]
+    acc = pos[0] if pos else b.add("neg", (neg.pop(0),), {})
     for t in pos[1:]:
         acc = b.add("add", (acc, t), {})
     for t in neg:
         acc = b.add("sub", (acc, t), {})
     return acc
+
+
+def tile_slices(b: Builder, t, k: int, th: int, tw: int):
+    """The k x k strided slices (lead, lead2, th, tw) of t: element (i, j) of each tile
+    (tiles 2 apart)."""
+    n, c = t.shape[:2]
+    return [[b.add("slice", (t,), {"start_indices": (0, 0, i, j),
+                                   "limit_indices": (n, c, i + 2 * th - 1, j + 2 * tw - 1),
+                                   "strides": (1, 1, 2, 2)}) for j in range(k)]
+            for i in range(k)]
+
+
+def transformed(b: Builder, tiles, rows, swap: bool = False):
+    """(16, channels, tiles) of rows @ t @ rows^T for each tile t, `tiles` a k x k grid
+    of (channels, N, th, tw) slices (tile_slices), or of (N, channels, th, tw) ones with
+    `swap`."""
+    k = len(tiles)
+    half = [[signed_sum(b, r, [tiles[i][j] for i in range(k)]) for j in range(k)]
+            for r in rows]
+    parts = []
+    for a in range(len(rows)):
+        for r in rows:
+            p = signed_sum(b, r, half[a])
+            if swap:
+                p = b.add("transpose", (p,), {"permutation": (1, 0, 2, 3)})
+            ch, n, th, tw = p.shape
+            parts.append(b.add("reshape", (p,), {"new_sizes": (1, ch, n * th * tw)}))
+    return b.add("concatenate", tuple(parts), {"dimension": 0})
 
 
 def winograd_decomposed(b: Builder, node, xp, u):
@@ -88,25 +116,15 @@ def winograd_decomposed(b: Builder, node, xp, u):
     n, c, hp, wp = xp.shape
     o, th, tw = u.shape[1], (hp - 2) // 2, (wp - 2) // 2
     bt, at = BT.astype(int).tolist(), AT.astype(int).tolist()
-    patch = [[b.add("slice", (xp,), {"start_indices": (0, 0, i, j),
-                                     "limit_indices": (n, c, i + 2 * th - 1, j + 2 * tw - 1),
-                                     "strides": (1, 1, 2, 2)}) for j in range(4)]
-             for i in range(4)]
-    half = [[_combine(b, r, [patch[i][j] for i in range(4)]) for j in range(4)] for r in bt]
-    vs = []
-    for a in range(4):
-        for r in bt:
-            v = b.add("transpose", (_combine(b, r, half[a]),), {"permutation": (1, 0, 2, 3)})
-            vs.append(b.add("reshape", (v,), {"new_sizes": (1, c, n * th * tw)}))
-    v = b.add("concatenate", tuple(vs), {"dimension": 0})
+    v = transformed(b, tile_slices(b, xp, 4, th, tw), bt, swap=True)
     m = b.add("dot_general", (u, v), {"lhs_contracting": (2,), "rhs_contracting": (1,),
                                       "lhs_batch": (0,), "rhs_batch": (0,)})
     ms = [[b.add("reshape", (b.add("slice", (m,), {
         "start_indices": (4 * i + j, 0, 0), "limit_indices": (4 * i + j + 1, o, n * th * tw),
         "strides": (1, 1, 1)}),), {"new_sizes": (o, n, th, 1, tw, 1)}) for j in range(4)]
         for i in range(4)]
-    half = [[_combine(b, r, [ms[i][j] for i in range(4)]) for j in range(4)] for r in at]
-    rows = [b.add("concatenate", tuple(_combine(b, r, half[a]) for r in at),
+    half = [[signed_sum(b, r, [ms[i][j] for i in range(4)]) for j in range(4)] for r in at]
+    rows = [b.add("concatenate", tuple(signed_sum(b, r, half[a]) for r in at),
                   {"dimension": 5}) for a in range(2)]
     y = b.add("concatenate", tuple(rows), {"dimension": 3})       # (O, N, th, 2, tw, 2)
     y = b.add("reshape", (y,), {"new_sizes": (o, n, 2 * th, 2 * tw)})

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..ir.dtypes import to_numpy
 from ..ir.ops.winograd import AT, BT, G
+from .conv_winograd import tile_slices, transformed
 from .program import Builder
 
 MIN_CHANNELS = 16
@@ -48,51 +49,14 @@ def gradient_fits(node, x, w, max_bytes: int) -> bool:
         min(c, o) >= MIN_CHANNELS and transformed <= max_bytes
 
 
-def _signed_sum(b: Builder, coefs, terms):
-    """sum of coefs[i] * terms[i], coefficients in {-1, 0, 1}."""
-    pos = [t for k, t in zip(coefs, terms) if k == 1]
-    neg = [t for k, t in zip(coefs, terms) if k == -1]
-    acc = pos[0] if pos else b.add("neg", (neg.pop(0),), {})
-    for t in pos[1:]:
-        acc = b.add("add", (acc, t), {})
-    for t in neg:
-        acc = b.add("sub", (acc, t), {})
-    return acc
-
-
-def _transformed(b: Builder, tiles, rows):
-    """(16, channels, tiles) of rows @ t @ rows^T for each tile t, `tiles` a k x k grid
-    of (channels, N, th, tw) slices (one per element of a tile)."""
-    k = len(tiles)
-    half = [[_signed_sum(b, r, [tiles[i][j] for i in range(k)]) for j in range(k)]
-            for r in rows]
-    parts = []
-    for a in range(len(rows)):
-        for r in rows:
-            p = _signed_sum(b, r, half[a])
-            ch, n, th, tw = p.shape
-            parts.append(b.add("reshape", (p,), {"new_sizes": (1, ch, n * th * tw)}))
-    return b.add("concatenate", tuple(parts), {"dimension": 0})
-
-
-def _tile_slices(b: Builder, t, k: int, th: int, tw: int):
-    """The k x k strided slices (channels, N, th, tw) of t: element (i, j) of each tile
-    (tiles 2 apart)."""
-    ch, n = t.shape[:2]
-    return [[b.add("slice", (t,), {"start_indices": (0, 0, i, j),
-                                   "limit_indices": (ch, n, i + 2 * th - 1, j + 2 * tw - 1),
-                                   "strides": (1, 1, 2, 2)}) for j in range(k)]
-            for i in range(k)]
-
-
 def winograd_filter_gradient(b: Builder, node, xp, g):
     """Conv `node` (a 3x3 filter gradient, gradient_fits) of the padded input xp
     (C, N, H + 2, W + 2) and the output gradient g (O, N, H, W) -> (C, O, 3, 3)."""
     c, o = node.shape[:2]
     th, tw = g.shape[2] // 2, g.shape[3] // 2
     a = AT.T.astype(int).tolist()              # A (4 x 2): A g_t A^T
-    v = _transformed(b, _tile_slices(b, xp, 4, th, tw), BT.astype(int).tolist())
-    y = _transformed(b, _tile_slices(b, g, 2, th, tw), a)
+    v = transformed(b, tile_slices(b, xp, 4, th, tw), BT.astype(int).tolist())
+    y = transformed(b, tile_slices(b, g, 2, th, tw), a)
     m = b.add("dot_general", (y, v), {"lhs_contracting": (2,), "rhs_contracting": (2,),
                                       "lhs_batch": (0,), "rhs_batch": (0,)})   # (16, O, C)
     # out[i, j] = sum over p, q of G[p, i] G[q, j] M[4p + q]: one small product
