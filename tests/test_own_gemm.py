@@ -48,7 +48,8 @@ def test_nn_form_matches_numpy(mkn, dtype):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("mkn", [(32, 1024, 256), (1, 128, 300), (7, 128, 50), (64, 80, 13),
-                                 (3, 4096, 9)])
+                                 (3, 4096, 9),
+                                 (8, 50176, 9), (3, 8192, 5)])   # few outputs, long sums
 def test_nt_form_matches_numpy(mkn, dtype):
     """a @ w.T with w (N, K): each output a dot product along k."""
     m, k, n = mkn
@@ -127,6 +128,9 @@ def test_where_the_own_kernels_are_chosen():
     assert own_form(plan(32, 256, 1024, tb=112)) == "nt"
     assert own_form(plan(32, 256, 1000, tb=112)) is None  # K not a multiple of 16
     assert own_form(plan(32, 256, 1024, ta=112, tb=112)) is None
+    assert own_form(plan(8, 9, 50176, tb=112)) == "nt"   # few outputs: any length
+    assert own_form(plan(16, 72, 12544, tb=112)) is None  # 1,152 outputs: OpenBLAS
+    assert own_form(plan(8, 9, 50177, tb=112)) is None
 
 
 def _jit_kernels(features):

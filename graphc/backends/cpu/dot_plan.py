@@ -181,16 +181,23 @@ def own_form(plan) -> str | None:
     nn form up to 128 rows of C, for one row (a matrix-vector product, a column sum), up
     to 256 columns whatever the rows, and up to 512 terms a sum whatever the size (a
     CNN's pointwise convolutions: OpenBLAS's packing weighs on short sums); with more of
-    all three OpenBLAS keeps them. The nt form up to 64 rows. (Measured:
+    all three OpenBLAS keeps them. The nt form up to 64 rows and 4,096 terms, or for
+    any number of terms where C has at most NT_FEW_OUTPUTS elements. (Measured:
     docs/performance.md.)"""
     M, N, Kd = (hint(plan[d]) for d in "MNK")
     many = M >= 4 and (N <= 256 or Kd <= SHORT_SUMS)
     if plan["trans_b"] == 111 and (4 <= M <= 128 or M == 1 or many) and N >= 32:
         return "nn"
-    if plan["trans_b"] == 112 and plan["trans_a"] == 111 and M <= 64 and N >= 4 and \
-            isinstance(plan["K"], int) and 64 <= Kd <= 4096 and Kd % 16 == 0:
+    if plan["trans_b"] == 112 and plan["trans_a"] == 111 and isinstance(plan["K"], int) and \
+            Kd % 16 == 0 and (M <= 64 and N >= 4 and 64 <= Kd <= 4096 or
+                              M * N <= NT_FEW_OUTPUTS and Kd > 4096):
         return "nt"
     return None
+
+
+NT_FEW_OUTPUTS = 128   # the nt form for any K where C has this few elements: the digits
+# CNN's first filter gradient (8 x 9, 50,176 terms) 0.375 -> 0.10 ms, OpenBLAS at 19
+# GFLOP/s there; each of the few tiles reads its rows of A and B once
 
 
 def _at_least(a, b) -> bool:
