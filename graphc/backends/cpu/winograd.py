@@ -9,8 +9,9 @@ For each image and block of R rows of 2 x 2 output tiles (T = R * W/2 tiles):
 Then the epilogue runs over the image as a DotKernel's does. V and M are stack scratch
 of about BLOCK_BYTES each, so a block's transforms and products stay in the core's
 L2 cache; a block holds BLOCK_MIN_TILES tiles or more (or the whole image) even past
-that, so that the 16 products are wide enough for the GEMM's register tiles. A kernel split for threads takes whole images, or (one image) a range of
-output channels: each thread then transforms the whole input and multiplies its rows.
+that, so that the 16 products are wide enough for the GEMM's register tiles. A kernel
+split for threads takes whole images, or (one image) a range of output channels: each
+thread then transforms the whole input and multiplies its rows.
 """
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ class WinogradEmitter:
         scratch = self._product_scratch(k, plan)
         gemm = self.mb.own_gemm("nn", dtype)
         blk = ix.var(f"{k.name}_wb", (oh // 2) // rows)
-        cv, rv = (ix.var(f"{k.name}_w{s}", n) for s, n in (("c", c), ("r", rows)))
+        cv, rv = ix.var(f"{k.name}_wc", c), ix.var(f"{k.name}_wr", rows)
         tile_row = ix.add(ix.mul(blk, rows), rv)
         at = lambda base, d: ix.add(ix.mul(base, 2), ix.const(d)) if d else ix.mul(base, 2)  # noqa: E731
         dest, lead = (scratch, ()) if scratch is not None else (k.out, (image,))
@@ -132,7 +133,8 @@ class WinogradEmitter:
             m = [[K.Load(dtype, m_buf, (ix.const(4 * i + j), och, flat_tile)) for j in range(4)]
                  for i in range(4)]
             y = _transform(AT.astype(int).tolist(), m, dtype)
-            to_y.append((run, [K.Store(dest, y[a][bb], lead + (och, at(tile_row, a), at(tile, bb)))
+            to_y.append((run, [K.Store(dest, y[a][bb],
+                                       lead + (och, at(tile_row, a), at(tile, bb)))
                                for a in range(2) for bb in range(2)]))
 
         c64 = lambda n: ir.Constant(I64, n)      # noqa: E731
