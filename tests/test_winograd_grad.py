@@ -3,6 +3,8 @@ gradients against the reference interpreter and float64 finite differences, whic
 convolutions take the rewrite, and the same bits for any thread count."""
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import graphc as gc
 from graphc.api import bind
@@ -121,3 +123,24 @@ def test_fits_bounds_the_transformed_operands():
     assert gradient_fits(node, xp.node, g.node, transformed)
     assert not gradient_fits(node, xp.node, g.node, transformed - 1)
     assert transformed <= MAX_PATCH_BYTES
+
+
+@settings(max_examples=10, deadline=None)
+@given(n=st.integers(1, 3), c=st.sampled_from([16, 24]), o=st.sampled_from([16, 32]),
+       h=st.integers(3, 9), w=st.integers(3, 9),
+       pads=st.tuples(*[st.integers(0, 2)] * 4), seed=st.integers(0, 2 ** 16))
+def test_random_filter_gradients_match_the_reference(n, c, o, h, w, pads, seed):
+    """Random sizes and paddings (even output sizes: the rewrite's): the compiled
+    gradient equals the reference interpreter's in float64."""
+    padding = ((pads[0], pads[1]), (pads[2], pads[3]))
+    oh, ow = 2 * h + pads[0] + pads[1] - 2, 2 * w + pads[2] + pads[3] - 2
+    assume(oh % 2 == 0 and ow % 2 == 0 and oh > 0 and ow > 0)
+    xs, ws = (n, c, 2 * h, 2 * w), (o, c, 3, 3)
+    rng = np.random.default_rng(seed)
+    feeds = {"x": rng.standard_normal(xs), "w": rng.standard_normal(ws) * 0.2}
+    with gc.Graph("random"):
+        exe, loss, gw = _filter_gradient(xs, ws, "float64", padding)
+        want = gc.evaluate(gw, feeds)
+    flops = c * o * 9 * n * oh * ow
+    assert _transformed(exe) == (flops >= 1 << 20)
+    np.testing.assert_allclose(exe(**feeds)["gw"], want, rtol=1e-10, atol=1e-10)
