@@ -52,22 +52,20 @@ def _weights_declared(model):
     weight's values. Small ones (shapes, axes) keep their values."""
     import onnx
     graph = model.graph
-    if all(t.ByteSize() <= DECLARED_BYTES for t in graph.initializer):
+    large = [t.ByteSize() > DECLARED_BYTES for t in graph.initializer]
+    if not any(large):
         return model
     light = onnx.ModelProto()
     light.CopyFrom(model)
     g = light.graph
     declared = {i.name for i in g.input}
-    small = []
-    for t in g.initializer:
-        if t.ByteSize() <= DECLARED_BYTES:
-            small.append(onnx.TensorProto())
-            small[-1].CopyFrom(t)
+    del g.initializer[:]
+    for t, big in zip(graph.initializer, large):
+        if not big:
+            g.initializer.append(t)              # copied into the light model
         elif t.name not in declared:
             g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type,
                                                               list(t.dims)))
-    del g.initializer[:]
-    g.initializer.extend(small)
     return light
 
 

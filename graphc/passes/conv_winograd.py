@@ -82,8 +82,8 @@ def signed_sum(b: Builder, coefs, terms):
 
 
 def tile_slices(b: Builder, t, k: int, th: int, tw: int):
-    """The k x k strided slices (lead, lead2, th, tw) of t: element (i, j) of each tile
-    (tiles 2 apart)."""
+    """The k x k strided slices of t (a, b, H, W) -> (a, b, th, tw): slice (i, j) holds
+    element (i, j) of every tile, the tiles 2 apart."""
     n, c = t.shape[:2]
     return [[b.add("slice", (t,), {"start_indices": (0, 0, i, j),
                                    "limit_indices": (n, c, i + 2 * th - 1, j + 2 * tw - 1),
@@ -113,7 +113,7 @@ def winograd_decomposed(b: Builder, node, xp, u):
     """winograd_conv2d as slices, sums and one batched product (a device without its own
     kernel, CUDA): V (16, C, N*T) of the tiles' input transforms, M = u @ V per
     position, the output transform of M's slices, the tiles laid out as the image."""
-    n, c, hp, wp = xp.shape
+    n, _, hp, wp = xp.shape
     o, th, tw = u.shape[1], (hp - 2) // 2, (wp - 2) // 2
     bt, at = BT.astype(int).tolist(), AT.astype(int).tolist()
     v = transformed(b, tile_slices(b, xp, 4, th, tw), bt, swap=True)

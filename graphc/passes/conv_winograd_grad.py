@@ -44,9 +44,9 @@ def gradient_fits(node, x, w, max_bytes: int) -> bool:
     c, o = node.shape[:2]
     n, (wh, ww) = w.shape[1], w.shape[2:]
     item = np.dtype(to_numpy(node.dtype)).itemsize
-    transformed = 16 * (c + o) * n * (wh // 2) * (ww // 2) * item
+    nbytes = 16 * (c + o) * n * (wh // 2) * (ww // 2) * item     # V and A g A^T
     return tuple(node.shape[2:]) == (3, 3) and wh % 2 == 0 and ww % 2 == 0 and \
-        min(c, o) >= MIN_CHANNELS and transformed <= max_bytes
+        min(c, o) >= MIN_CHANNELS and nbytes <= max_bytes
 
 
 def winograd_filter_gradient(b: Builder, node, xp, g):

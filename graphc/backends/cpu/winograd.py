@@ -123,16 +123,17 @@ class WinogradEmitter:
         at = lambda base, d: ix.add(ix.mul(base, 2), ix.const(d)) if d else ix.mul(base, 2)  # noqa: E731
         dest, lead = (scratch, ()) if scratch is not None else (k.out, (image,))
         to_v, to_y = [], []       # (the loops over a row's tiles, their stores) per run
+        bt, at_rows = BT.astype(int).tolist(), AT.astype(int).tolist()
         for run, tile in tile_runs(k.name, tw):
             flat_tile = ix.add(ix.mul(rv, tw), tile)
             patch = [[K.Load(dtype, x_buf, (image, cv, at(tile_row, i), at(tile, j)))
                       for j in range(4)] for i in range(4)]
-            v = _transform(BT.astype(int).tolist(), patch, dtype)
+            v = _transform(bt, patch, dtype)
             to_v.append((run, [K.Store(v_buf, v[a][bb], (ix.const(4 * a + bb), cv, flat_tile))
                                for a in range(4) for bb in range(4)]))
             m = [[K.Load(dtype, m_buf, (ix.const(4 * i + j), och, flat_tile)) for j in range(4)]
                  for i in range(4)]
-            y = _transform(AT.astype(int).tolist(), m, dtype)
+            y = _transform(at_rows, m, dtype)
             to_y.append((run, [K.Store(dest, y[a][bb],
                                        lead + (och, at(tile_row, a), at(tile, bb)))
                                for a in range(2) for bb in range(2)]))
