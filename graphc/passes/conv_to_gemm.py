@@ -228,9 +228,13 @@ def _in_place(b: Builder, node, x, w):
         sizes, steps = tuple(window), tuple(d * r for d, r in zip(dil, rows))
     flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(xp.shape[2:]))})
     k = len(sizes)
-    if nsp == 2 and full[1] > out_sp[1] and out_sp[1] % 16 == 0:
+    pointwise = all(k == 1 for k in sizes) and list(full) == list(out_sp)
+    if nsp == 2 and (full[1] > out_sp[1] and out_sp[1] % 16 == 0 or pointwise):
         # output rows a whole number of vectors: the product writes them as they are
-        # (the kernel steps from one input row to the next), no wide columns
+        # (the kernel steps from one input row to the next), no wide columns; a 1x1
+        # window: the image's rows and columns, one run (dot_plan.merged_columns), and
+        # what follows the product (bias, activation, the next convolution's padding)
+        # is its epilogue over the image's shape
         view = b.add("window_view", (flat,), {"sizes": tuple(sizes) + tuple(out_sp),
                                               "strides": tuple(steps) + (full[1], 1)})
         grid = (n, o) + tuple(out_sp)

@@ -28,16 +28,24 @@ def blas_plan(k: "K.DotKernel"):
         return None
     real = lambda vs: [v for v in vs if isinstance(v, ix.IVar)]
     ms, ns, ks = real(k.m_vars), real(k.n_vars), real(k.k_vars)
-    if len(ks) > 1 or len(ns) == 2 and len(ks) == 1:
+    rows_of = merged_columns(k, ns, ks)
+    if rows_of is not None:             # one run of columns (a 1x1 convolution's image)
+        ns = ns[1:]
+    elif len(ks) > 1 or len(ns) == 2 and len(ks) == 1:
         return window_plan(k, ms, ns, ks)
     if len(ms) > 1 or len(ns) > 1:
         return None
     size = lambda vs: ix.extent_of(vs[0]) if vs else 1
     M, N, Kd = size(ms), size(ns), size(ks)
+    if rows_of is not None:
+        N = ix.extent_of(rows_of) * N
     if hint(M * N * Kd) < BLAS_MIN_FLOPS or max(map(hint, (M, N, Kd))) >= 2 ** 31:
         return None
     plan = {"M": M, "N": N, "K": Kd, "batch_coefs": {}}
+    if rows_of is not None:
+        plan["merged"] = rows_of.name   # the major column variable, folded into N
     names = {v.name for v in real(k.batch_vars)}
+    merged = set() if rows_of is None else {rows_of.name}
     for operand, rows, cols, key in ((k.lhs, ms, ks, "a"), (k.rhs, ks, ns, "b")):
         aff = _strided(operand, k.out.dtype)
         if aff is None:
@@ -45,7 +53,7 @@ def blas_plan(k: "K.DotKernel"):
         coefs, const = aff
         r = coefs.get(rows[0].name, 0) if rows else 0
         c = coefs.get(cols[0].name, 0) if cols else 0
-        extra = set(coefs) - names - {v.name for v in rows + cols}
+        extra = set(coefs) - names - {v.name for v in rows + cols} - merged
         if extra:
             return None
         nr, nc = (M, Kd) if key == "a" else (Kd, N)
@@ -69,6 +77,47 @@ def blas_plan(k: "K.DotKernel"):
     if plan["own"] is None and not blas.available():
         return None
     return plan
+
+
+def merged_columns(k: "K.DotKernel", ns, ks):
+    """The major of a product's two column variables where B and C read both as one run
+    (a 1x1 convolution over an image: its output rows and columns, B's and C's column
+    j*W + w); None otherwise. The product then runs as one of H*W columns."""
+    if len(ns) != 2 or len(ks) != 1 or not all(isinstance(ix.extent_of(v), int) for v in ns):
+        return None
+    major, minor = ns
+    width = ix.extent_of(minor)
+    if not isinstance(k.rhs, K.Load):
+        return None
+    for buf, index in ((k.rhs.buffer, k.rhs.index), (k.out, k.out_index)):
+        aff = ix.affine(ix.linearize(index, buf.shape))
+        if aff is None or aff[0].get(minor.name) != 1 or aff[0].get(major.name) != width:
+            return None
+    return major
+
+
+def flat_epilogue(k: "K.DotKernel", plan) -> bool:
+    """Whether the epilogue of a product with merged columns can run over them as one
+    run too: every buffer it reads or writes holds an image's rows and columns as one
+    run (a bias, an activation, a residual sum; not a padded copy), and it computes
+    nothing from an index. Its loop is then as long as the image, not one row of it
+    (7 to 56 columns, short for the vector loop)."""
+    if plan is None or not plan.get("merged") or not k.epilogue or k.fills:
+        return False
+    from ...kernels.build_row import value_exprs
+    major = plan["merged"]
+    minor = next(v for v in k.n_vars if isinstance(v, ix.IVar) and v.name != major)
+    width = ix.extent_of(minor)
+    values = [st.value for st in k.epilogue]
+    if any(not isinstance(e, (K.Load, K.Const, K.Prim, K.Acc)) for e in value_exprs(values)):
+        return False
+    accesses = [(st.buffer, st.index) for st in k.epilogue] + \
+        [(ld.buffer, ld.index) for ld in K.loads_of(values)]
+    for buf, index in accesses:
+        aff = ix.affine(ix.linearize(index, buf.shape))
+        if aff is None or aff[0].get(major, 0) != width * aff[0].get(minor.name, 0):
+            return False
+    return True
 
 
 def bf16_form(k: "K.DotKernel") -> str | None:

@@ -12,7 +12,8 @@ from ...ir import dtypes
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from ..llvm.types import COMPUTE, I32, I64
-from .dot_plan import NATIVE_FORMS, blas_plan, layout_in_scratch, product_scratch_shape
+from .dot_plan import (NATIVE_FORMS, blas_plan, flat_epilogue, layout_in_scratch,
+                       product_scratch_shape)
 
 CHANNEL_BLOCK_BYTES = 64 << 10   # a block of the product's rows run through the layouts
 
@@ -75,6 +76,7 @@ class CpuDotEmitter:
             rows, cols = c64(plan["M"]), c64(plan["N"])
             # bound now: a thread's share, or a block of rows (product() sets it)
             split_m = [v.name for v in real(k.m_vars) if v.name in self.bounds]
+            split_n = [v.name for v in real(k.n_vars) if v.name in self.bounds]
             if split_m:               # rows begin..end of C: of A's rows (or columns)
                 begin, end = self.bounds[split_m[0]]
                 rows = b.sub(end, begin)
@@ -84,6 +86,10 @@ class CpuDotEmitter:
                 c_off = b.add(c_off, b.mul(begin, c64(plan["N"])))
             elif split_n:             # columns begin..end of C: of B's columns (or rows)
                 begin, end = self.bounds[split_n[0]]
+                if plan.get("merged"):    # rows of the image: W columns each
+                    width = c64(plan["N"] // ix.extent_of(
+                        next(v for v in k.n_vars if getattr(v, "name", None) == split_n[0])))
+                    begin, end = b.mul(begin, width), b.mul(end, width)
                 cols = b.sub(end, begin)
                 step = 1 if plan["trans_b"] == 111 else plan["ldb"]
                 ptrs[1] = b.add(ptrs[1], b.mul(begin, c64(step)))
@@ -126,12 +132,15 @@ class CpuDotEmitter:
         if k.layouts and (split_n or split_m and channels is None):
             raise CompileError(f"layout nests of {k.name} need whole images per thread")
         block = channel_block(k, plan) if channels and not split_m else None
+        flat = flat_epilogue(k, plan)
 
         def computed():
             """The product's rows bound now (all, a thread's or a block), then what reads
             them."""
             call()
-            if k.epilogue:
+            if k.epilogue and flat:
+                self._flat_loops(k, plan, epilogue)
+            elif k.epilogue:
                 self.loops(k.m_vars + k.n_vars, epilogue)
             self.dot_fills(k, m_bound=False)
             self.layout_nests(k, scratch, channels if block or split_m else None)
@@ -155,6 +164,28 @@ class CpuDotEmitter:
             self._loop("blk", c64(0), block, lambda lo: b.icmp_signed("<", lo, c64(plan["M"])),
                        rows)
         self.loops(k.batch_vars, product)
+
+    def _flat_loops(self, k: K.DotKernel, plan, body) -> None:
+        """body() over the rows of C and its merged columns as one run (flat_epilogue):
+        the minor column variable counts every column of the image (or of the rows
+        bound to the major one), the major one stays 0."""
+        b, c64 = self.b, self.dim
+        major, minor = (next(v for v in k.n_vars if isinstance(v, ix.IVar) and test(v))
+                        for test in (lambda v: v.name == plan["merged"],
+                                     lambda v: v.name != plan["merged"]))
+        width = c64(ix.extent_of(minor))
+        run = ix.var(minor.name, plan["N"])
+        rows = self.bounds.pop(major.name, None)
+        if rows is not None:
+            self.bounds[minor.name] = (b.mul(rows[0], width), b.mul(rows[1], width))
+        self.env[major.name] = c64(0)
+        self.bound.add(major.name)
+        self.loops(k.m_vars + (run,), body)
+        self.bound.discard(major.name)
+        del self.env[major.name]
+        if rows is not None:
+            del self.bounds[minor.name]
+            self.bounds[major.name] = rows
 
     def _product_scratch(self, k: K.DotKernel, plan):
         """A buffer for one batch index's product where only k's epilogue reads it

@@ -2,6 +2,8 @@
 (the policy; threads.py emits the calls)."""
 from __future__ import annotations
 
+import math
+
 from graphc_runtime.dims import Dim, hint
 from graphc_runtime.pool import MAX_CHUNKS as POOL_MAX_CHUNKS
 
@@ -109,7 +111,7 @@ def split_chunks(kern, split, threads: int, granule: int, work) -> int:
     extent = hint(ix.extent_of(split))
     most = max(1, extent // max(granule, 1))
     if isinstance(kern, K.DotKernel):
-        most = min(most, extent // DOT_CHUNK_MIN_EXTENT)
+        most = min(most, extent * _columns_each(kern, split) // DOT_CHUNK_MIN_EXTENT)
     return min(POOL_MAX_CHUNKS, max(threads, min(threads * CHUNKS_PER_THREAD, most,
                                                  work // EXTRA_CHUNK_MIN_WORK)))
 
@@ -125,9 +127,20 @@ def split_granule(kern, split) -> int:
     plan = blas_plan(kern)
     if plan is not None and plan["own"] == "winograd":     # whole blocks of tile rows
         return 2 * plan["rows"]
+    columns = 16 if plan is not None and plan["own"] in ("nn", "nnw") else 1
     if plan is not None and plan["own"] in NATIVE_FORMS:   # whole panels of C's columns
-        return AMX_TILE
-    return 16 if plan is not None and plan["own"] in ("nn", "nnw") else 1
+        columns = AMX_TILE
+    width = _columns_each(kern, split)         # rows of an image: whole vectors of them
+    return columns // math.gcd(columns, width)
+
+
+def _columns_each(kern, split) -> int:
+    """Columns of C per step of `split`: an image row's where it is the major of two
+    merged column variables (dot_plan.merged_columns), else 1."""
+    plan = blas_plan(kern) if isinstance(kern, K.DotKernel) else None
+    if plan is None or plan.get("merged") != split.name:
+        return 1
+    return plan["N"] // ix.extent_of(split)
 
 
 def _blas_split(kern, threads: int):
@@ -154,7 +167,8 @@ def _blas_split(kern, threads: int):
         if ix.extent_of(ns[0]) // (2 * plan["rows"]) >= threads:
             return ns[0]
         return ms[0] if M >= 8 * threads else None
-    if plan["own"] == "nnw" and images and hint(ix.extent_of(images[0])) >= threads:
+    if (plan["own"] == "nnw" or plan.get("merged")) and images and \
+            hint(ix.extent_of(images[0])) >= threads:
         return images[0]
     if plan["own"] in NATIVE_FORMS:
         # whole products per thread (attention's heads): each call of the 8-bit or
@@ -167,6 +181,8 @@ def _blas_split(kern, threads: int):
         return images[0]
     if plan["own"] == "nnw" and plan["row"]:     # C's rows of an image: split along m
         ns = []
+    if plan.get("merged"):     # one run of columns: chunks of whole rows of the image
+        ns = [v for v in ns if v.name == plan["merged"]]
     order = (ns + ms) if N * Kd >= M * Kd else (ms + ns)
     for v in order:
         if hint(ix.extent_of(v)) >= 16 * threads:
