@@ -69,6 +69,41 @@ def test_pointwise_product_writes_the_depthwise_input(stride, cin, cout, size):
     np.testing.assert_array_equal(exe(**feeds), got)
 
 
+@pytest.mark.parametrize("batch,stride,threads", [(2, 2, 2), (1, 2, 2), (1, 1, 3)])
+def test_large_images_run_the_layouts_block_by_block(batch, stride, threads):
+    """An image's product over 512 KB (32 channels at 72 x 72: 648 KB) whose other
+    operand is small (8 channels, 162 KB): the layout and the depthwise window sum still
+    join the product, run block of 8 rows by block (at batch 1 within each thread's
+    rows); every element computed as on one thread."""
+    def build():
+        return _pointwise_then_depthwise(batch, stride, np.random.default_rng(12), cin=8,
+                                         cout=32, size=72)
+    with gc.Graph("large"):
+        y, feeds = build()
+        exe = gc.compile(y, num_threads=threads)
+        want = gc.evaluate(y, feeds)
+    assert len(_groups(exe)) == 1
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    with gc.Graph("large"):
+        y1, _ = build()
+        single = gc.compile(y1, num_threads=1)
+    np.testing.assert_array_equal(single(**feeds), got)
+
+
+def test_large_images_with_a_large_operand_stay_apart():
+    """The same with 128 input channels at 64 x 64: the other operand (2 MB an image)
+    would be read again for every block of rows, so the phase planes stay a loop kernel
+    of their own."""
+    with gc.Graph("large_operand"):
+        y, feeds = _pointwise_then_depthwise(1, 2, np.random.default_rng(13), cin=128,
+                                             cout=64, size=64)
+        exe = gc.compile(y, num_threads=2)
+        want = gc.evaluate(y, feeds)
+    assert ":transpose" not in _dot_group(exe) and len(_groups(exe)) > 1
+    np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
 def _splits_recorded(monkeypatch):
     """The variables the CPU backend splits dot kernels with layout nests along."""
     from graphc.backends.cpu import parallel

@@ -148,5 +148,19 @@ def layout_fits(root: Node, dot: Node) -> bool:
     kernel's nests allow (the policy's threads_fit, on the kernel built)."""
     if not K.layout_epilogue(root, dot):
         return False
-    per_image = dot.nbytes // max(dot.shape[0], 1)
-    return per_image <= LAYOUT_PRODUCT_BYTES
+    images = max(dot.shape[0], 1)
+    per_image = dot.nbytes // images
+    if per_image <= LAYOUT_PRODUCT_BYTES:
+        return True
+    # larger: the kernel runs an image's product and the nests block by block of its rows
+    # (backends/cpu/dots.channel_block), each block reading the other operand again
+    rows = dot.shape[1] if dot.ndim > 2 else None
+    return isinstance(rows, int) and \
+        per_image * min(LAYOUT_BLOCK_ROWS, rows) // rows <= LAYOUT_PRODUCT_BYTES and \
+        dot.inputs[1].nbytes // images <= LAYOUT_OPERAND_BYTES
+
+
+LAYOUT_BLOCK_ROWS = 8             # the fewest rows of a block (dots.channel_block)
+LAYOUT_OPERAND_BYTES = 1 << 20    # the other operand of an image's product, read again
+# for each block: a MobileNetV2-sized expansion (16 channels at 112 x 112, 0.8 MB) joins
+# its phase planes; ResNeXt's 128 channels at 56 x 56 (1.6 MB, 32 blocks) ran 1.7x slower

@@ -131,7 +131,10 @@ class CpuDotEmitter:
         channels = K.channel_vars(k) if not split_n else None
         if k.layouts and (split_n or split_m and channels is None):
             raise CompileError(f"layout nests of {k.name} need whole images per thread")
-        block = channel_block(k, plan) if channels and not split_m else None
+        # blocks of rows also within a thread's share where the product is larger than
+        # a scratch (an image at batch 1)
+        block = channel_block(k, plan) if channels and (not split_m or scratch is None) \
+            else None
         flat = flat_epilogue(k, plan)
 
         def computed():
@@ -156,13 +159,18 @@ class CpuDotEmitter:
             if block is None:
                 return computed()
             m = real(k.m_vars)[0]
+            share = self.bounds.get(m.name)     # a thread's rows, or all of them
+            first, end = share or (c64(0), c64(plan["M"]))
 
             def rows(lo):
-                self.bounds[m.name] = (lo, b.add(lo, ir.Constant(I64, block)))
+                hi = b.add(lo, ir.Constant(I64, block))
+                self.bounds[m.name] = (lo, b.select(b.icmp_signed("<", hi, end), hi, end))
                 computed()
+            self._loop("blk", first, block, lambda lo: b.icmp_signed("<", lo, end), rows)
+            if share is None:
                 del self.bounds[m.name]
-            self._loop("blk", c64(0), block, lambda lo: b.icmp_signed("<", lo, c64(plan["M"])),
-                       rows)
+            else:
+                self.bounds[m.name] = share
         self.loops(k.batch_vars, product)
 
     def _flat_loops(self, k: K.DotKernel, plan, body) -> None:
