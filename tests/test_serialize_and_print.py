@@ -118,3 +118,24 @@ def test_printer_is_hlo_like(graph):
     assert "max(%2, %4) : f32[256,10]" in text
     assert "test_serialize_and_print.py:" in text
     assert str(graph) == format_graph(graph)
+
+
+def test_tensor_store_reads_unchanging_arrays_in_place():
+    """A read-only array (a constant's) goes to the tensor store as a view of its own
+    bytes, not a copy; a writable one (a variable's) and a bfloat16 one as bytes; the
+    digests are those of the little-endian bytes either way."""
+    import hashlib
+    import ml_dtypes
+    fixed = np.arange(1000, dtype=np.float32)
+    fixed.flags.writeable = False
+    cases = [(fixed, True), (np.arange(1000, dtype=np.float32), False),
+             (np.zeros(500, ml_dtypes.bfloat16), False)]
+    cases[2][0].flags.writeable = False
+    for a, in_place in cases:
+        tensors = {}
+        ref = serialize.encode_array(a, tensors)
+        raw = tensors[ref["__tensor__"]]
+        assert ref["__tensor__"] == hashlib.sha256(a.tobytes()).hexdigest()
+        assert np.shares_memory(np.frombuffer(raw, np.uint8), a.view(np.uint8)) == in_place
+        back = serialize.decode_array(ref, tensors)
+        np.testing.assert_array_equal(back.view(np.uint8), a.view(np.uint8))

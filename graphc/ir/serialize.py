@@ -28,13 +28,29 @@ def encode_array(a: np.ndarray, tensors: dict | None = None) -> dict:
     hex of the little-endian bytes: bytes} and at least EXTERNAL_MIN_BYTES, a reference
     to them there (artifacts keep each tensor's bytes once, in a section of their own)."""
     a = np.asarray(a, order="C")               # one copy at most, for the bytes
-    raw = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+    little = a.astype(a.dtype.newbyteorder("<"), copy=False)
+    raw = _unchanging_bytes(little) if tensors is not None and little is a else None
+    if raw is None:
+        raw = little.tobytes()
     head = {"dtype": dtypes.canonical(a.dtype), "shape": list(a.shape)}
     if tensors is not None and len(raw) >= EXTERNAL_MIN_BYTES:
         digest = hashlib.sha256(raw).hexdigest()
         tensors[digest] = raw
         return {"__tensor__": digest, **head}
     return {"__ndarray__": base64.b64encode(raw).decode(), **head}
+
+
+def _unchanging_bytes(a: np.ndarray):
+    """The bytes of an array that cannot change (a constant's, read-only) and is large
+    enough for the tensor store, read in place (a ConvNeXt-sized model's 28 MB of
+    constants are not copied to hash them); None otherwise, or where numpy cannot give
+    its buffer (bfloat16's)."""
+    if a.flags.writeable or not a.flags.c_contiguous or a.nbytes < EXTERNAL_MIN_BYTES:
+        return None
+    try:
+        return memoryview(a).cast("B")
+    except (TypeError, ValueError, BufferError):
+        return None
 
 
 def decode_array(obj: dict, tensors=None) -> np.ndarray:
