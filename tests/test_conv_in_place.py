@@ -385,3 +385,22 @@ def test_a_stem_filter_gradient_copies_one_window_view_not_a_slice_per_position(
     assert "window_view" in text and widest < 49          # (the forward's planes: 7)
     got = exe(**feeds)["gw"]
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("strides", [(1,), (2,)])
+def test_windows_over_a_large_input_take_the_patch_matrix(strides):
+    """A window over an input of more than IN_PLACE_MAX_INPUT bytes an image (here 64
+    channels of 9,000 samples, 2.3 MB) runs on the patch matrix: the windowed kernel
+    would fetch its rows of B from memory for every block of rows of C. Exact either way."""
+    import importlib
+    limit = importlib.import_module("graphc.passes.conv_to_gemm").IN_PLACE_MAX_INPUT
+    assert 64 * 4000 * 4 <= limit < 64 * 9000 * 4
+    xs, ws = (1, 64, 9000), (32, 64, 3)
+    exe, y, _, _ = _compile_conv(xs, ws, ((1, 1),), strides=strides)
+    assert "window_view" not in exe.dump("optimized")
+    feeds = _feeds(xs, ws, "float32")
+    want = _reference(y, feeds)
+    np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    if strides == (1,):        # (strided over a stored input: the patch matrix anyway)
+        small, _, _, _ = _compile_conv((1, 64, 4000), ws, ((1, 1),), strides=strides)
+        assert "window_view" in small.dump("optimized")      # 1 MB: read in place
