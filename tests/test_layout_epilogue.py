@@ -75,20 +75,10 @@ def test_large_images_run_the_layouts_block_by_block(batch, stride, threads):
     operand is small (8 channels, 162 KB): the layout and the depthwise window sum still
     join the product, run block of 8 rows by block (at batch 1 within each thread's
     rows); every element computed as on one thread."""
-    def build():
-        return _pointwise_then_depthwise(batch, stride, np.random.default_rng(12), cin=8,
-                                         cout=32, size=72)
-    with gc.Graph("large"):
-        y, feeds = build()
-        exe = gc.compile(y, num_threads=threads)
-        want = gc.evaluate(y, feeds)
+    exe, _, _ = _same_bits_as_one_thread(
+        lambda: _pointwise_then_depthwise(batch, stride, np.random.default_rng(12), cin=8,
+                                          cout=32, size=72), threads)
     assert len(_groups(exe)) == 1
-    got = exe(**feeds)
-    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
-    with gc.Graph("large"):
-        y1, _ = build()
-        single = gc.compile(y1, num_threads=1)
-    np.testing.assert_array_equal(single(**feeds), got)
 
 
 def test_large_images_with_a_large_operand_stay_apart():
@@ -102,6 +92,23 @@ def test_large_images_with_a_large_operand_stay_apart():
         want = gc.evaluate(y, feeds)
     assert ":transpose" not in _dot_group(exe) and len(_groups(exe)) > 1
     np.testing.assert_allclose(exe(**feeds), want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
+def _same_bits_as_one_thread(build, threads):
+    """(the executable on `threads` threads, its result, the feeds) for build()'s graph,
+    checked against the reference and against the same graph on one thread, bit for
+    bit."""
+    with gc.Graph("threads"):
+        y, feeds = build()
+        exe = gc.compile(y, num_threads=threads)
+        want = gc.evaluate(y, feeds)
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    with gc.Graph("threads"):
+        y1, _ = build()
+        single = gc.compile(y1, num_threads=1)
+    np.testing.assert_array_equal(single(**feeds), got)
+    return exe, got, feeds
 
 
 def _splits_recorded(monkeypatch):
@@ -128,17 +135,8 @@ def test_one_image_shared_by_rows(monkeypatch, stride):
         return _pointwise_then_depthwise(1, stride, np.random.default_rng(3), cin=32,
                                          cout=64, size=32)
     splits = _splits_recorded(monkeypatch)
-    with gc.Graph("one_image"):
-        y, feeds = build()
-        exe = gc.compile(y, num_threads=2)
-        want = gc.evaluate(y, feeds)
+    exe, got, feeds = _same_bits_as_one_thread(build, 2)
     assert len(_groups(exe)) == 1 and splits == ["m0"]
-    got = exe(**feeds)
-    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
-    with gc.Graph("one_image"):
-        y1, _ = build()
-        single = gc.compile(y1, num_threads=1)
-    np.testing.assert_array_equal(single(**feeds), got)
     exe._native.poison_arena = True
     np.testing.assert_array_equal(exe(**feeds), got)
 

@@ -8,28 +8,12 @@ import numpy as np
 import pytest
 
 import graphc as gc
-from graphc.api import bind
 
-
-def _conv(x, w, stride=1, groups=1, pad=0):
-    return bind("conv", x, w, window_strides=(stride, stride), padding=((pad, pad),) * 2,
-                lhs_dilation=(1, 1), rhs_dilation=(1, 1), feature_group_count=groups)
+from test_layout_epilogue import _conv, _pointwise_then_depthwise
 
 
 def _dot_groups(exe) -> list:
     return [g for g in exe.dump("fused").splitlines() if g.startswith("group") and "[dot]" in g]
-
-
-def _pointwise_then_depthwise(batch, size, rng, cin=8, cout=32):
-    """1x1 convolution cin -> cout, bias, ReLU6, then a padded 3x3 depthwise one."""
-    xs = (batch, cin, size, size)
-    x = gc.placeholder(xs, name="x")
-    w1 = gc.constant(rng.standard_normal((cout, cin, 1, 1)).astype(np.float32) * 0.3)
-    b1 = gc.constant(rng.standard_normal(cout).astype(np.float32))
-    w2 = gc.constant(rng.standard_normal((cout, 1, 3, 3)).astype(np.float32))
-    h = gc.minimum(gc.maximum(_conv(x, w1) + b1.reshape((1, cout, 1, 1)), 0.0), 6.0)
-    y = _conv(h, w2, groups=cout, pad=1)
-    return y, {"x": rng.standard_normal(xs).astype(np.float32)}
 
 
 @pytest.mark.parametrize("batch,size,threads,channels", [
@@ -42,8 +26,8 @@ def _pointwise_then_depthwise(batch, size, rng, cin=8, cout=32):
 def test_pointwise_product_writes_the_padded_input(batch, size, threads, channels):
     rng = np.random.default_rng(size)
     with gc.Graph("pointwise"):
-        y, feeds = _pointwise_then_depthwise(batch, size, rng, cin=channels // 4,
-                                             cout=channels)
+        y, feeds = _pointwise_then_depthwise(batch, 1, rng, cin=channels // 4,
+                                             cout=channels, size=size)
         exes = {t: gc.compile(y, num_threads=t) for t in sorted({1, threads})}
         want = gc.evaluate(y, feeds)
     exe = exes[threads]
@@ -66,7 +50,7 @@ def test_residual_epilogue_over_short_rows(size, batch):
         r = gc.placeholder(rs, name="r")
         w = gc.constant(rng.standard_normal((24, 48, 1, 1)).astype(np.float32) * 0.2)
         b = gc.constant(rng.standard_normal(24).astype(np.float32))
-        y = gc.relu(_conv(x, w) + b.reshape((1, 24, 1, 1)) + r)
+        y = gc.relu(_conv(x, w, pad=0) + b.reshape((1, 24, 1, 1)) + r)
         exes = {t: gc.compile(y, num_threads=t) for t in (1, 2, 3)}
         feeds = {"x": rng.standard_normal(xs).astype(np.float32),
                  "r": rng.standard_normal(rs).astype(np.float32)}
@@ -87,7 +71,7 @@ def test_pointwise_gradients_match_the_reference():
         x = gc.placeholder(xs, "float64", name="x")
         w = gc.placeholder(ws, "float64", name="w")
         b = gc.placeholder((20,), "float64", name="b")
-        y = gc.tanh(_conv(x, w) + b.reshape((1, 20, 1, 1)))
+        y = gc.tanh(_conv(x, w, pad=0) + b.reshape((1, 20, 1, 1)))
         loss = (y * y).sum()
         grads = gc.grad(loss, [x, w, b])
         exe = gc.compile(grads, inputs=[x, w, b])
