@@ -265,17 +265,55 @@ def _many(n) -> bool:
 def product_scratch_shape(k: K.DotKernel, plan) -> tuple | None:
     """The shape of one batch index's product where the CPU keeps it in a scratch of the
     kernel's: only k reads it (k.private_out), graphc's own kernels compute it (`plan`,
-    the kernel's blas_plan or winograd_plan), it is static and at most SCRATCH_BYTES.
-    None otherwise."""
+    the kernel's blas_plan or winograd_plan), it is static and at most SCRATCH_BYTES;
+    or, larger, the shape of one block of it (product_block). None otherwise."""
     if not (k.private_out and plan is not None and plan.get("own") and
             (k.epilogue or k.layouts)):
         return None
     shape = tuple(ix.extent_of(v) if isinstance(v, ix.IVar) else 1
                   for v in k.m_vars + k.n_vars)
-    if not all(isinstance(n, int) for n in shape) or \
-            sym_prod(shape) * dtypes.itemsize(k.out.dtype) > SCRATCH_BYTES:
+    if not all(isinstance(n, int) for n in shape):
         return None
+    if sym_prod(shape) * dtypes.itemsize(k.out.dtype) > SCRATCH_BYTES:
+        block = product_block(k, plan)
+        if block is None:
+            return None
+        axis, size = block
+        return (size, shape[1]) if axis == 0 else (shape[0], size)
     return shape
+
+
+SCRATCH_BLOCK_BYTES = 256 << 10   # C of one block of a larger product, kept in a scratch
+BLOCK_OPERAND_BYTES = 1 << 20     # the operand each block reads again, at most
+
+
+def product_block(k: K.DotKernel, plan) -> tuple | None:
+    """(axis, size): a product of one batch index larger than SCRATCH_BYTES that only its
+    epilogue reads runs block of C's rows (axis 0) or columns (axis 1) by block, each
+    block's C in the kernel's scratch and the epilogue over it right after, while it is
+    in the core's cache: C is not written to memory and read back. Blocks go along the
+    side whose other operand is the smaller (each block reads it again, at most
+    BLOCK_OPERAND_BYTES): rows of a ConvNeXt-style MLP's positions-by-channels product,
+    columns of a transformer's FFN (128 tokens x 3,072). None for other kernels: layouts,
+    padded results, several row or column variables, symbolic sizes, windowed or
+    narrow-type forms."""
+    if not (k.private_out and plan is not None and plan.get("own") in ("nn", "nt") and
+            k.epilogue) or k.layouts or k.fills or plan.get("merged"):
+        return None
+    if len(k.m_vars) != 1 or len(k.n_vars) != 1 or \
+            not all(isinstance(v, ix.IVar) for v in k.m_vars + k.n_vars):
+        return None
+    M, N, Kd = plan["M"], plan["N"], plan["K"]
+    if not all(isinstance(d, int) for d in (M, N, Kd)):
+        return None
+    item = dtypes.itemsize(k.out.dtype)
+    if M * N * item <= SCRATCH_BYTES or min(M, N) * Kd * item > BLOCK_OPERAND_BYTES:
+        return None
+    if Kd * N <= M * Kd:                  # rows: each block reads B again
+        rows = max(8, SCRATCH_BLOCK_BYTES // (N * item) // 8 * 8)
+        return (0, rows) if rows < M else None
+    cols = max(32, SCRATCH_BLOCK_BYTES // (M * item) // 32 * 32)
+    return (1, cols) if cols < N else None
 
 
 def layout_in_scratch(k: K.DotKernel, buf: K.Buffer) -> bool:

@@ -13,7 +13,7 @@ from ...kernels import index as ix
 from ...kernels import kernel as K
 from ..llvm.types import COMPUTE, I32, I64
 from .dot_plan import (NATIVE_FORMS, blas_plan, flat_epilogue, layout_in_scratch,
-                       product_scratch_shape)
+                       product_block, product_scratch_shape)
 
 CHANNEL_BLOCK_BYTES = 64 << 10   # a block of the product's rows run through the layouts
 
@@ -59,6 +59,15 @@ class CpuDotEmitter:
         split_m = [v.name for v in real(k.m_vars) if v.name in self.bounds]
         split_n = [v.name for v in real(k.n_vars) if v.name in self.bounds]
         scratch = self._product_scratch(k, plan)
+        # a product larger than a scratch whose scratch holds one block of it
+        blocked = product_block(k, plan) if scratch is not None else None
+
+        def in_block(begin, axis: int):
+            """`begin` (a row or column of C) relative to the block of C the scratch
+            holds where the kernel runs by blocks along `axis`; else as it is."""
+            if blocked is None or blocked[0] != axis:
+                return begin
+            return b.sub(begin, self.env[self._block_var.name])
 
         def call():
             ptrs = []
@@ -74,6 +83,7 @@ class CpuDotEmitter:
                                                   else 1 for v in k.batch_vars])
                 c_off = b.mul(self.index(lin), c64(plan["M"] * plan["N"]))
             rows, cols = c64(plan["M"]), c64(plan["N"])
+            ldc = c64(plan["N"] if blocked is None or blocked[0] == 0 else blocked[1])
             # bound now: a thread's share, or a block of rows (product() sets it)
             split_m = [v.name for v in real(k.m_vars) if v.name in self.bounds]
             split_n = [v.name for v in real(k.n_vars) if v.name in self.bounds]
@@ -83,8 +93,9 @@ class CpuDotEmitter:
                 step = plan["a_row"] if "a_row" in plan else \
                     plan["lda"] if plan["trans_a"] == 111 else 1
                 ptrs[0] = b.add(ptrs[0], b.mul(begin, c64(step)))
-                c_off = b.add(c_off, b.mul(begin, c64(plan["N"])))
-            elif split_n:             # columns begin..end of C: of B's columns (or rows)
+                c_off = b.add(c_off, b.mul(in_block(begin, 0), ldc))
+            if split_n and (not split_m or blocked is not None):
+                # columns begin..end of C: of B's columns (or rows)
                 begin, end = self.bounds[split_n[0]]
                 if plan.get("merged"):    # rows of the image: W columns each
                     width = c64(plan["N"] // ix.extent_of(
@@ -93,7 +104,7 @@ class CpuDotEmitter:
                 cols = b.sub(end, begin)
                 step = 1 if plan["trans_b"] == 111 else plan["ldb"]
                 ptrs[1] = b.add(ptrs[1], b.mul(begin, c64(step)))
-                c_off = b.add(c_off, begin)
+                c_off = b.add(c_off, in_block(begin, 1))
             a_ptr = b.gep(self.args[k.lhs.buffer.id][0], [ptrs[0]])
             b_ptr = b.gep(self.args[k.rhs.buffer.id][0], [ptrs[1]])
             c_ptr = b.gep(self.args[(scratch or k.out).id][0], [c_off])
@@ -102,7 +113,7 @@ class CpuDotEmitter:
                 b.call(fn, [rows, cols, c64(plan["K1"]),
                             c64(len(plan["offsets"])), a_ptr, c64(plan["a_row"]),
                             c64(plan["a_col"]), b_ptr, c64(plan["ldb"]),
-                            self.mb.offsets_table(plan["offsets"]), c_ptr, c64(plan["N"]),
+                            self.mb.offsets_table(plan["offsets"]), c_ptr, ldc,
                             row, c64(plan["pitch"])])
                 return
             if own:                   # A[i, k] at i*a_row + k*a_col; B as laid out
@@ -113,16 +124,21 @@ class CpuDotEmitter:
                     b_strides = [c64(v) for v in ((plan["ldb"], 1) if plan["trans_b"] == 111
                                                   else (1, plan["ldb"]))]
                 b.call(fn, [rows, cols, c64(plan["K"]), a_ptr, c64(a_row), c64(a_col),
-                            b_ptr, *b_strides, c_ptr, c64(plan["N"])])
+                            b_ptr, *b_strides, c_ptr, ldc])
                 return
             b.call(fn, [i32(101), i32(plan["trans_a"]), i32(plan["trans_b"]),
                         b.trunc(rows, I32), b.trunc(cols, I32), i32(plan["K"]),
                         ir.Constant(ty, 1.0), a_ptr, i32(plan["lda"]), b_ptr,
-                        i32(plan["ldb"]), ir.Constant(ty, 0.0), c_ptr, i32(plan["N"])])
+                        i32(plan["ldb"]), ir.Constant(ty, 0.0), c_ptr, b.trunc(ldc, I32)])
 
         def epilogue():
+            at = k.m_vars + k.n_vars
+            if blocked is not None:           # the scratch holds the block bound now
+                axis = blocked[0]
+                at = tuple(ix.add(v, ix.mul(self._block_var, -1)) if d == axis else v
+                           for d, v in enumerate(at))
             self.accs[0] = self.load(k.out, k.out_index) if scratch is None else \
-                self.load(scratch, k.m_vars + k.n_vars)
+                self.load(scratch, at)
             self.cache = {}
             self.stores(k.epilogue)
 
@@ -156,6 +172,8 @@ class CpuDotEmitter:
             # of rows (a MobileNet-style pointwise product and its depthwise convolution
             # over 16 of 64 channels at a time: batch 32 0.94-1.01 of the time without,
             # faster in 8 rounds of 9)
+            if blocked is not None:
+                return self._product_blocks(k, blocked, computed)
             if block is None:
                 return computed()
             m = real(k.m_vars)[0]
@@ -172,6 +190,30 @@ class CpuDotEmitter:
             else:
                 self.bounds[m.name] = share
         self.loops(k.batch_vars, product)
+
+    _block_var = ix.var("dot_block_start", 1 << 30)   # where the block bound now starts
+
+    def _product_blocks(self, k: K.DotKernel, blocked, computed) -> None:
+        """computed() for each block of C's rows or columns (product_block) within what
+        is bound now (a thread's share, or all), the block's start in _block_var."""
+        b, c64 = self.b, self.dim
+        axis, size = blocked
+        v = (k.m_vars if axis == 0 else k.n_vars)[0]
+        share = self.bounds.get(v.name)
+        first, end = share or (c64(0), c64(ix.extent_of(v)))
+
+        def block(lo):
+            hi = b.add(lo, c64(size))
+            self.bounds[v.name] = (lo, b.select(b.icmp_signed("<", hi, end), hi, end))
+            self.env[self._block_var.name] = lo
+            self.bound.add(self._block_var.name)
+            computed()
+            self.bound.discard(self._block_var.name)
+        self._loop("cblk", first, size, lambda lo: b.icmp_signed("<", lo, end), block)
+        if share is None:
+            del self.bounds[v.name]
+        else:
+            self.bounds[v.name] = share
 
     def _flat_loops(self, k: K.DotKernel, plan, body) -> None:
         """body() over the rows of C and its merged columns as one run (flat_epilogue):
