@@ -90,6 +90,10 @@ def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int,
             laid_out[r.id] = dests(r)[0]
         elif r.shape == dot.shape:
             epilogue += [Store(b, eb.value(r, out_index), out_index) for b in dests(r)]
+        elif reshaped_epilogue(r, dot):          # the same elements, another shape
+            at = tuple(ix.reshape_index(out_index, dot.shape, r.shape))
+            value = eb.value(r.inputs[0], out_index)
+            epilogue += [Store(b, value, at) for b in dests(r)]
         elif padded_epilogue(r, dot):
             low = r.attrs["low"]
             at = tuple(ix.add(v, ix.const(lo)) for v, lo in zip(out_index, low))
@@ -185,6 +189,14 @@ def channel_vars(k: DotKernel):
         axis[store.buffer.id] = at[0]
         found.append(chan)
     return found
+
+
+def reshaped_epilogue(node: Node, dot: Node) -> bool:
+    """Whether `node` reshapes a value of the dot's shape (passes/sink_reshapes.py: a
+    linear layer's output put back from (B*T, N) to (B, T, N)): the epilogue stores that
+    value at the reshaped index, the same place in row-major order."""
+    return node.op == "reshape" and node.inputs[0].shape == dot.shape and \
+        node.shape != dot.shape and dot.op == "dot_general"
 
 
 def padded_epilogue(node: Node, dot: Node) -> bool:

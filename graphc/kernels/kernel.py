@@ -8,7 +8,7 @@ table of `builders`.
 """
 from .build_conv import build_conv
 from .build_dot import (build_dot, build_winograd, channel_vars, layout_epilogue,
-                        padded_epilogue)
+                        padded_epilogue, reshaped_epilogue)
 from .build_loop import build_loop, loop_vars
 from .build_row import REDUCE_KIND, build_row, reduction_signature, value_exprs
 from .build_scatter import build_scatter
@@ -25,4 +25,4 @@ __all__ = ["Acc", "Buffer", "Choose", "CollectiveKernel", "Const", "ControlKerne
            "RowKernel", "ScatterKernel", "Store", "VExpr", "WinogradKernel", "build_conv",
            "build_dot", "build_loop", "build_row", "build_scatter", "build_winograd",
            "channel_vars", "extent", "layout_epilogue", "loads_of", "loop_vars", "padded_epilogue",
-           "reduction_signature", "register_expression", "value_exprs"]
+           "reduction_signature", "reshaped_epilogue", "register_expression", "value_exprs"]

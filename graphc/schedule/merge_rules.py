@@ -72,7 +72,8 @@ def compatible(a: Group, b: Group, producer_consumer: bool, pads: bool = False) 
         # window over what the anchor's group writes (a depthwise convolution over its
         # padded output) makes layout nests, run image by image
         windowed = _windows_into(other, a if other is b else b)
-        return all(r.shape == anchor.shape and not windowed or pads and kind == "dot" and
+        return all((r.shape == anchor.shape or K.reshaped_epilogue(r, anchor)) and
+                   not windowed or pads and kind == "dot" and
                    (not windowed and K.padded_epilogue(r, anchor) or
                     layout_fits(r, anchor))
                    for r in other.roots) and \

@@ -20,6 +20,7 @@ from ...passes.canonicalize_dots import canonicalize_dots
 from ...passes.column_sums import column_sums
 from ...passes.conv_to_gemm import conv_to_gemm
 from ...passes.low_precision_products import low_precision_products
+from ...passes.sink_reshapes import sink_reshapes
 from ...schedule.policy import SchedulePolicy
 from ..backend import Backend, Build, Built
 from .dot_plan import native_bf16, scratch_buffers
@@ -69,7 +70,7 @@ class CpuBackend(Backend):
         native = native_bf16(host_features()) is not None   # bfloat16 products: kept
         return [("low_precision_products", lambda p: low_precision_products(p, native)),
                 ("conv_to_gemm", conv_to_gemm), ("canonicalize_dots", canonicalize_dots),
-                ("column_sums", column_sums)]
+                ("sink_reshapes", sink_reshapes), ("column_sums", column_sums)]
 
     def policy(self) -> SchedulePolicy:
         return SchedulePolicy(threads=self.threads, rearranged_epilogues=True,
