@@ -55,8 +55,10 @@ def _rows_merged(reshape) -> bool:
 def sink_reshapes(program: Program) -> Program:
     """The program with such elementwise nodes moved. A program where gc.checkpoint
     recomputes values in the backward pass (its `after` gates) is returned unchanged:
-    moved there, the checkpointed GPT-style step's arena grew from 0.71 to 0.97 MB
-    (the plain step's 0.89 -> 0.94; the cause is not found)."""
+    in the product's shape, the backward's factors that read only the pre-activation
+    (GELU's derivative) join the forward product's kernel as its epilogue, computed
+    there and kept until the backward; the checkpointed GPT-style step's arena grew
+    0.71 -> 0.97 MB that way (the plain step's 0.89 -> 0.94, for 25% less time)."""
     if any(n.op == "after" for n in program.live_nodes()):
         return program
     moved: set[int] = set()          # nodes this pass computed in a product's shape
