@@ -235,7 +235,7 @@ def _in_place(b: Builder, node, x, w):
         sizes, steps = tuple(window), tuple(d * r for d, r in zip(dil, rows))
     flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(xp.shape[2:]))})
     k = len(sizes)
-    pointwise = all(k == 1 for k in sizes) and list(full) == list(out_sp)
+    pointwise = all(size == 1 for size in sizes) and list(full) == list(out_sp)
     if nsp == 2 and (full[1] > out_sp[1] and out_sp[1] % 16 == 0 or pointwise):
         # output rows a whole number of vectors: the product writes them as they are
         # (the kernel steps from one input row to the next), no wide columns; a 1x1
@@ -443,8 +443,9 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
         # ResNet-50-sized model 60 -> 46 ms, its strided 14 -> 7 window included)
         narrow = window > 1 and positions > 1 and node.shape[-1] < IN_PLACE_MIN_ROW and \
             flops >= MIN_FLOPS
-        large = window > 1 and flops >= MIN_FLOPS and patches_fit(node, x, w) and \
-            sym.hint(sym.prod(x.shape[1:])) * dtypes.itemsize(x.dtype) > IN_PLACE_MAX_INPUT
+        large = window > 1 and flops >= MIN_FLOPS and \
+            sym.hint(sym.prod(x.shape[1:])) * dtypes.itemsize(x.dtype) > IN_PLACE_MAX_INPUT \
+            and patches_fit(node, x, w)
         if cpu and flops >= IN_PLACE_MIN_FLOPS and _reads_in_place(node, x, w) and \
                 not narrow and not large and (flops < MIN_FLOPS or not _phased(node, w) or
                                 not _stored(x) or _column_planed(node, w)):

@@ -96,6 +96,12 @@ def merged_columns(k: "K.DotKernel", ns, ks):
     return major
 
 
+def merged_vars(k: "K.DotKernel", plan):
+    """(major, minor): the two column variables a plan with merged columns runs as one."""
+    major = next(v for v in k.n_vars if isinstance(v, ix.IVar) and v.name == plan["merged"])
+    return major, next(v for v in k.n_vars if isinstance(v, ix.IVar) and v is not major)
+
+
 def flat_epilogue(k: "K.DotKernel", plan) -> bool:
     """Whether the epilogue of a product with merged columns can run over them as one
     run too: every buffer it reads or writes holds an image's rows and columns as one
@@ -105,8 +111,7 @@ def flat_epilogue(k: "K.DotKernel", plan) -> bool:
     if plan is None or not plan.get("merged") or not k.epilogue or k.fills:
         return False
     from ...kernels.build_row import value_exprs
-    major = plan["merged"]
-    minor = next(v for v in k.n_vars if isinstance(v, ix.IVar) and v.name != major)
+    major, minor = merged_vars(k, plan)
     width = ix.extent_of(minor)
     values = [st.value for st in k.epilogue]
     if any(not isinstance(e, (K.Load, K.Const, K.Prim, K.Acc)) for e in value_exprs(values)):
@@ -115,7 +120,7 @@ def flat_epilogue(k: "K.DotKernel", plan) -> bool:
         [(ld.buffer, ld.index) for ld in K.loads_of(values)]
     for buf, index in accesses:
         aff = ix.affine(ix.linearize(index, buf.shape))
-        if aff is None or aff[0].get(major, 0) != width * aff[0].get(minor.name, 0):
+        if aff is None or aff[0].get(major.name, 0) != width * aff[0].get(minor.name, 0):
             return False
     return True
 

@@ -13,7 +13,7 @@ from ...kernels import index as ix
 from ...kernels import kernel as K
 from ..llvm.types import COMPUTE, I32, I64
 from .dot_plan import (NATIVE_FORMS, blas_plan, flat_epilogue, layout_in_scratch,
-                       product_block, product_scratch_shape)
+                       merged_vars, product_block, product_scratch_shape)
 
 CHANNEL_BLOCK_BYTES = 64 << 10   # a block of the product's rows run through the layouts
 
@@ -98,8 +98,7 @@ class CpuDotEmitter:
                 # columns begin..end of C: of B's columns (or rows)
                 begin, end = self.bounds[split_n[0]]
                 if plan.get("merged"):    # rows of the image: W columns each
-                    width = c64(plan["N"] // ix.extent_of(
-                        next(v for v in k.n_vars if getattr(v, "name", None) == split_n[0])))
+                    width = c64(ix.extent_of(merged_vars(k, plan)[1]))
                     begin, end = b.mul(begin, width), b.mul(end, width)
                 cols = b.sub(end, begin)
                 step = 1 if plan["trans_b"] == 111 else plan["ldb"]
@@ -172,33 +171,22 @@ class CpuDotEmitter:
             # of rows (a MobileNet-style pointwise product and its depthwise convolution
             # over 16 of 64 channels at a time: batch 32 0.94-1.01 of the time without,
             # faster in 8 rounds of 9)
-            if blocked is not None:
-                return self._product_blocks(k, blocked, computed)
+            if blocked is not None:          # blocks of C's rows or columns in the scratch
+                axis, size = blocked
+                return self._blocks((k.m_vars if axis == 0 else k.n_vars)[0], size,
+                                    computed)
             if block is None:
                 return computed()
-            m = real(k.m_vars)[0]
-            share = self.bounds.get(m.name)     # a thread's rows, or all of them
-            first, end = share or (c64(0), c64(plan["M"]))
-
-            def rows(lo):
-                hi = b.add(lo, ir.Constant(I64, block))
-                self.bounds[m.name] = (lo, b.select(b.icmp_signed("<", hi, end), hi, end))
-                computed()
-            self._loop("blk", first, block, lambda lo: b.icmp_signed("<", lo, end), rows)
-            if share is None:
-                del self.bounds[m.name]
-            else:
-                self.bounds[m.name] = share
+            self._blocks(real(k.m_vars)[0], block, computed)
         self.loops(k.batch_vars, product)
 
     _block_var = ix.var("dot_block_start", 1 << 30)   # where the block bound now starts
 
-    def _product_blocks(self, k: K.DotKernel, blocked, computed) -> None:
-        """computed() for each block of C's rows or columns (product_block) within what
-        is bound now (a thread's share, or all), the block's start in _block_var."""
+    def _blocks(self, v: ix.IVar, size: int, body) -> None:
+        """body() for each block of `size` values of v within what is bound now (a
+        thread's share, or all of v), the last block what remains; v bound to the block,
+        its start in _block_var."""
         b, c64 = self.b, self.dim
-        axis, size = blocked
-        v = (k.m_vars if axis == 0 else k.n_vars)[0]
         share = self.bounds.get(v.name)
         first, end = share or (c64(0), c64(ix.extent_of(v)))
 
@@ -207,9 +195,9 @@ class CpuDotEmitter:
             self.bounds[v.name] = (lo, b.select(b.icmp_signed("<", hi, end), hi, end))
             self.env[self._block_var.name] = lo
             self.bound.add(self._block_var.name)
-            computed()
+            body()
             self.bound.discard(self._block_var.name)
-        self._loop("cblk", first, size, lambda lo: b.icmp_signed("<", lo, end), block)
+        self._loop("blk", first, size, lambda lo: b.icmp_signed("<", lo, end), block)
         if share is None:
             del self.bounds[v.name]
         else:
@@ -220,9 +208,7 @@ class CpuDotEmitter:
         the minor column variable counts every column of the image (or of the rows
         bound to the major one), the major one stays 0."""
         b, c64 = self.b, self.dim
-        major, minor = (next(v for v in k.n_vars if isinstance(v, ix.IVar) and test(v))
-                        for test in (lambda v: v.name == plan["merged"],
-                                     lambda v: v.name != plan["merged"]))
+        major, minor = merged_vars(k, plan)
         width = c64(ix.extent_of(minor))
         run = ix.var(minor.name, plan["N"])
         rows = self.bounds.pop(major.name, None)

@@ -130,14 +130,16 @@ def split_granule(kern, split) -> int:
     columns = 16 if plan is not None and plan["own"] in ("nn", "nnw") else 1
     if plan is not None and plan["own"] in NATIVE_FORMS:   # whole panels of C's columns
         columns = AMX_TILE
-    width = _columns_each(kern, split)         # rows of an image: whole vectors of them
+    width = _columns_each(kern, split, plan)   # rows of an image: whole vectors of them
     return columns // math.gcd(columns, width)
 
 
-def _columns_each(kern, split) -> int:
+def _columns_each(kern, split, plan=None) -> int:
     """Columns of C per step of `split`: an image row's where it is the major of two
-    merged column variables (dot_plan.merged_columns), else 1."""
-    plan = blas_plan(kern) if isinstance(kern, K.DotKernel) else None
+    merged column variables (dot_plan.merged_columns), else 1. `plan`: the kernel's
+    blas_plan where the caller has it."""
+    if plan is None and isinstance(kern, K.DotKernel):
+        plan = blas_plan(kern)
     if plan is None or plan.get("merged") != split.name:
         return 1
     return plan["N"] // ix.extent_of(split)
