@@ -1,6 +1,7 @@
-"""Grouped convolutions (1 < groups < channels) as one product per group over a patch
-matrix (passes/conv_grouped.py): results against the reference interpreter, forward
-and gradients, and which convolutions take the path."""
+"""Grouped convolutions (1 < groups < channels) as one product per image and group over
+their input read in place, or per group over a patch matrix (passes/conv_grouped.py):
+results against the reference interpreter, forward and gradients, and which
+convolutions take which path."""
 import numpy as np
 import pytest
 
@@ -63,3 +64,40 @@ def test_narrow_groups_and_depthwise_keep_their_kernels():
         y = _conv(x, w, 16, (1, 1), ((1, 1), (1, 1)), (1, 1))    # 2 channels a group
         exe = check_compiled(y, {"x": rng.standard_normal((1, 32, 8, 8)).astype(np.float32)})
     assert " conv(" in exe.dump("optimized")
+
+
+IN_PLACE = [  # x shape, w shape, groups, strides, padding: read in place by the products
+    ((2, 64, 13, 11), (64, 16, 3, 3), 4, (1, 1), ((1, 1), (1, 1))),     # stride 1
+    ((2, 64, 28, 28), (96, 8, 3, 3), 8, (2, 2), ((1, 1), (1, 1))),     # column planes
+    ((3, 32, 20), (64, 4, 5), 8, (1,), ((2, 2),)),                      # 1-D, 8 a group
+    ((1, 32, 9, 12), (32, 8, 3, 3), 4, (1, 1), ((-1, 2), (0, 1))),     # crops and pads
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", range(len(IN_PLACE)))
+def test_grouped_convolutions_read_their_input_in_place(case, threads):
+    xs, ws, groups, strides, padding = IN_PLACE[case]
+    rng = np.random.default_rng(case)
+    with gc.Graph(f"grouped_in_place{case}"):
+        x = gc.placeholder(xs, name="x")
+        w = gc.constant((rng.standard_normal(ws) * 0.1).astype(np.float32))
+        b = gc.constant(rng.standard_normal((ws[0],) + (1,) * (len(xs) - 2)).astype(np.float32))
+        y = gc.relu(_conv(x, w, groups, strides, padding, (1,) * len(strides)) + b)
+        exe = check_compiled(y, {"x": rng.standard_normal(xs).astype(np.float32)},
+                             num_threads=threads)
+    optimized = exe.dump("optimized")
+    # one product batched over images and groups, over a window view: no patch matrix
+    assert "lhs_batch=(0,1), rhs_batch=(0,1)" in optimized and "window_view(" in optimized
+    assert "transpose(" not in optimized and " conv(" not in optimized
+
+
+def test_strided_grouped_convolutions_with_short_rows_take_the_patch_matrix():
+    # 7 output columns round up to a vector of 16: the patch matrix, not column planes
+    rng = np.random.default_rng(5)
+    with gc.Graph("grouped_short_rows"):
+        x = gc.placeholder((2, 64, 14, 14), name="x")
+        w = gc.constant((rng.standard_normal((64, 8, 3, 3)) * 0.1).astype(np.float32))
+        y = _conv(x, w, 8, (2, 2), ((1, 1), (1, 1)), (1, 1))
+        exe = check_compiled(y, {"x": rng.standard_normal((2, 64, 14, 14)).astype(np.float32)})
+    assert "transpose(" in exe.dump("optimized")

@@ -1,18 +1,24 @@
 """A grouped convolution (1 < groups < channels: ResNeXt's 3 x 3 convolutions, wav2vec2's
-positional 1-D convolution) as one product per group over its patch matrix.
+positional 1-D convolution) as products per group.
 
-The patch matrix is a window_view of the padded input, (N, C, *taps, *out), copied once
-into (G, C/G * taps, N * out) order; w (O, C/G, *taps) is (G, O/G, C/G * taps); the
-batched product gives (G, O/G, N * out), which is (N, O, *out) after one transpose.
-Without it such convolutions ran as direct loop kernels at 2-12 GFLOP/s. Groups of fewer
-than MIN_CHANNELS input or output channels keep the direct kernel (a product of so few
-rows does not pay for the copy).
+In place (grouped_in_place, the CPU's): at stride 1, or a strided 2-D window through its
+column planes (conv_planes.py), w (G, O/G, C/G, *taps) times a window_view of the padded
+input (N, G, C/G, *taps, *columns) is one product per image and group, run by the own
+nnw kernel over the input where it lies; no patch matrix is written (ResNeXt's 3 x 3
+convolutions 2-5x faster than over the patch matrix).
+Otherwise over the patch matrix: a window_view of the padded input, (N, C, *taps, *out),
+copied once into (G, C/G * taps, N * out) order; w (O, C/G, *taps) is (G, O/G, C/G *
+taps); the batched product gives (G, O/G, N * out), which is (N, O, *out) after one
+transpose. Without them such convolutions ran as direct loop kernels at 2-12 GFLOP/s.
+Groups of fewer than MIN_CHANNELS input or output channels keep the direct kernel (a
+product of so few rows does not pay).
 """
 from __future__ import annotations
 
 from graphc_runtime import dims as sym
 
 from .conv_patches import MAX_PATCH_BYTES, patch_bytes, patch_view
+from .conv_planes import column_planed, column_planes, slacked
 from .program import Builder
 
 MIN_CHANNELS = 4    # 3 x 3 over 56 x 56, 32 groups: 4 channels a group 2.56 -> 0.85 ms,
@@ -53,3 +59,47 @@ def grouped(b: Builder, node, xp, w):
     prod = b.add("reshape", (prod,), {"new_sizes": (o, n) + out_sp})
     return b.add("transpose", (prod,), {"permutation": (1, 0) + tuple(range(2, 2 + nsp))},
                  like=node)
+
+
+def grouped_in_place_fits(node, x, w) -> bool:
+    """Whether grouped_in_place runs conv `node`: grouped_fits, a window at stride 1 or
+    read through its column planes (conv_planes.column_planed)."""
+    return grouped_fits(node, x, w) and (
+        all(s == 1 for s in node.attrs["window_strides"]) or column_planed(node, w))
+
+
+def grouped_in_place(b: Builder, node, x, w):
+    """Conv `node` of x and w as one product per image and group over a window_view of
+    x's padded planes (conv_planes.slacked, or the column planes of a strided window),
+    the patch matrix read in place by the own nnw kernel: w (G, O/G, C/G, *taps) times
+    the view (N, G, C/G, *taps, *columns), whose output rows are wider than the
+    convolution's (their last columns cut after)."""
+    a = node.attrs
+    n, c = x.shape[:2]
+    o, groups = w.shape[0], a["feature_group_count"]
+    window, out_sp = tuple(w.shape[2:]), tuple(node.shape[2:])
+    nsp = len(window)
+    if column_planed(node, w):
+        xp, sizes, strides, pw = column_planes(b, node, x, w)
+        grid = (n, o, out_sp[0], pw)
+    else:
+        xp, full = slacked(b, node, x, window)
+        rows = [sym.prod(full[d + 1:]) for d in range(nsp)]
+        sizes = window + (out_sp[0] * sym.prod(full[1:]),)
+        strides = tuple(d * r for d, r in zip(a["rhs_dilation"], rows)) + (1,)
+        grid = (n, o, out_sp[0]) + tuple(full[1:])
+    flat = b.add("reshape", (xp,), {"new_sizes": (n, groups, c // groups,
+                                                  sym.prod(xp.shape[2:]))})
+    view = b.add("window_view", (flat,), {"sizes": tuple(sizes), "strides": tuple(strides)})
+    wg = b.add("reshape", (w,), {"new_sizes": (groups, o // groups) + tuple(w.shape[1:])})
+    wb = b.add("broadcast_in_dim", (wg,), {"shape": (n,) + tuple(wg.shape),
+                                           "broadcast_dimensions": tuple(range(1, wg.ndim + 1))})
+    prod = b.add("dot_general", (wb, view), {
+        "lhs_contracting": tuple(range(3, 4 + nsp)), "rhs_contracting": tuple(range(2, 3 + nsp)),
+        "lhs_batch": (0, 1), "rhs_batch": (0, 1)})
+    prod = b.add("reshape", (prod,), {"new_sizes": grid})
+    if grid == tuple(node.shape):
+        return prod
+    return b.add("slice", (prod,), {"start_indices": (0,) * len(grid),
+                                    "limit_indices": tuple(node.shape),
+                                    "strides": (1,) * len(grid)}, like=node)

@@ -5,7 +5,7 @@ In place (CPU): a convolution with one feature group and no input dilation reads
 padded input through a window_view, the patch matrix without copying it, so
 w(O, C*window) @ view gives each image's output in (N, O, *out) order (the own nnw
 kernel of backends/cpu/gemm.py runs it). Strided windows read the input's column planes
-where output rows round up to whole vectors by at most half (_column_planed), else its
+where output rows round up to whole vectors by at most half (column_planed), else its
 phases (_phases) or the patch matrix (see _stored). Output rows shorter than
 IN_PLACE_MIN_ROW take the patch matrix, and so do windows over an input of more than
 IN_PLACE_MAX_INPUT bytes an image.
@@ -27,7 +27,8 @@ from graphc_runtime import dims as sym
 
 from ..ir import dtypes
 
-from .conv_grouped import grouped, grouped_fits
+from .conv_grouped import grouped, grouped_fits, grouped_in_place, grouped_in_place_fits
+from .conv_planes import column_planed, column_planes, padded, phased, slack_rows, slacked
 from .conv_positions import per_output_position
 from .conv_input_dilated import input_dilated
 from .conv_patches import MAX_PATCH_BYTES, patch_bytes
@@ -45,23 +46,13 @@ IN_PLACE_MAX_INPUT = 2 << 20    # an image's input bytes up to which a window re
 # them (wav2vec2's 512-channel 1-D convolutions over 3,200 frames: 13.0 -> 10.5 ms)
 
 
-def _padded(b: Builder, x, padding):
-    """x with the convolution's (low, high) spatial padding applied (negative crops)."""
-    low = (0, 0) + tuple(lo for lo, _ in padding)
-    high = (0, 0) + tuple(hi for _, hi in padding)
-    if not any(low) and not any(high):
-        return x
-    return b.add("pad", (x,), {"low": low, "high": high, "interior": (0,) * x.ndim,
-                               "value": 0.0})
-
-
 def _window_slices(b: Builder, node, x, window):
     """(window offset, the padded input's strided slice (N, C, *out) it reads), for each
     offset of the convolution's window in row-major order."""
     a = node.attrs
     n, c = x.shape[:2]
     out_sp = node.shape[2:]
-    xp = _padded(b, x, a["padding"])
+    xp = padded(b, x, a["padding"])
     for pos in itertools.product(*[range(k) for k in window]):
         start = (0, 0) + tuple(p * d for p, d in zip(pos, a["rhs_dilation"]))
         limit = (n, c) + tuple(s + (m - 1) * st + 1 for s, m, st in
@@ -98,12 +89,6 @@ def _im2col(b: Builder, node, x, w):
                  like=node)
 
 
-def _slack_rows(slack: int, full) -> int:
-    """Rows of zeros to add to the first axis of planes `full`: the wide grid's last
-    columns read up to `slack` (the last window offset) past a plane's end."""
-    return -(-slack // sym.prod(full[1:]))
-
-
 def _phase_grid(node, span):
     """(taps, planes) per spatial axis of a strided window spanning `span` pixels: the
     offsets q each phase r takes (ceil(span / stride)) and each phase plane's size."""
@@ -120,7 +105,7 @@ def _phase_planes(b: Builder, node, x, planes):
     strides, nsp = a["window_strides"], len(planes)
     padding = [(lo, s * pl - size - lo) for (lo, _), size, s, pl in
                zip(a["padding"], x.shape[2:], strides, planes)]
-    xp = _padded(b, x, padding)
+    xp = padded(b, x, padding)
     split = (n, c) + tuple(v for pl, s in zip(planes, strides) for v in (pl, s))
     xp = b.add("reshape", (xp,), {"new_sizes": split})
     perm = (0, 1) + tuple(3 + 2 * d for d in range(nsp)) + tuple(2 + 2 * d for d in range(nsp))
@@ -143,7 +128,7 @@ def _phases(b: Builder, node, x, w):
     nsp = len(window)
     span = [(k - 1) * d + 1 for k, d in zip(window, dil)]
     taps, planes = _phase_grid(node, span)
-    planes[0] += _slack_rows(taps[-1] - 1, planes)
+    planes[0] += slack_rows(taps[-1] - 1, planes)
     xp = _phase_planes(b, node, x, planes)
     # the kernel's taps on the dilated window's grid, padded to s * q
     wd = w
@@ -165,41 +150,6 @@ def _phases(b: Builder, node, x, w):
     return xp, wd, sizes, steps, planes
 
 
-def _row_width(out_w: int) -> int:
-    """The output row width a column-planed product computes: out_w rounded up to a
-    whole number of 16-float vectors (the extra columns are cut after)."""
-    return -(-out_w // 16) * 16
-
-
-def _column_planes(b: Builder, node, x, w):
-    """A strided 2-D window as a unit-stride one with exactly its taps: the padded input
-    of each image and channel is laid out with each row as kw planes, plane kx holding
-    the pixels the window's column kx reads (x[y, kx*dx + sx*j] for the output columns
-    j, rounded up to a whole number of vectors: _row_width); tap (ky, kx) then starts at
-    ky*dy*kw*pw + kx*pw and output row i at sy*kw*pw (the product's row pitch): the
-    window's taps are affine and none is zero (the phases compute 16 products for a
-    3x3 window at stride 2). One loop kernel writes the planes (about kw/sx times the
-    input). Returns (planes (N, C, rows, kw, pw), the window view's sizes and strides,
-    pw)."""
-    a = node.attrs
-    n, c = x.shape[:2]
-    (kh, kw), (sy, sx) = w.shape[2:], a["window_strides"]
-    (dy, dx), (oh, ow) = a["rhs_dilation"], node.shape[2:]
-    pw = _row_width(ow)
-    (top, bottom), (left, right) = a["padding"]
-    xp = _padded(b, x, [(top, bottom), (left, right + sx * (pw - ow))])
-    rows = xp.shape[2]
-    planes = []
-    for kx in range(kw):
-        sl = b.add("slice", (xp,), {"start_indices": (0, 0, 0, kx * dx),
-                                    "limit_indices": (n, c, rows, kx * dx + sx * (pw - 1) + 1),
-                                    "strides": (1, 1, 1, sx)})
-        planes.append(b.add("reshape", (sl,), {"new_sizes": (n, c, rows, 1, pw)}))
-    xp = planes[0] if kw == 1 else b.add("concatenate", tuple(planes), {"dimension": 3})
-    line = kw * pw
-    return xp, (kh, kw, oh, pw), (dy * line, pw, sy * line, 1), pw
-
-
 def _in_place(b: Builder, node, x, w):
     """The product over a window_view of the padded input (see above)."""
     a = node.attrs
@@ -211,26 +161,21 @@ def _in_place(b: Builder, node, x, w):
     strides = a["window_strides"]
     if all(k == 1 for k in window) and any(s != 1 for s in strides):
         # a strided 1x1 window: the pixels it reads, then a unit-stride product
-        x = _padded(b, x, a["padding"])
+        x = padded(b, x, a["padding"])
         x = b.add("slice", (x,), {"start_indices": (0,) * x.ndim,
                                   "limit_indices": tuple(x.shape[:2]) + tuple(
                                       (m - 1) * s + 1 for m, s in zip(out_sp, strides)),
                                   "strides": (1, 1) + tuple(strides)})
         xp, sizes, steps, full = x, window, (1,) * nsp, list(out_sp)
-    elif _column_planed(node, w):
-        xp, view_sizes, view_strides, pw = _column_planes(b, node, x, w)
+    elif column_planed(node, w):
+        xp, view_sizes, view_strides, pw = column_planes(b, node, x, w)
         flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(xp.shape[2:]))})
         view = b.add("window_view", (flat,), {"sizes": view_sizes, "strides": view_strides})
         return _product(b, node, w, view, (n, o, out_sp[0], pw), 2)
     elif any(s != 1 for s in strides):
         xp, w, sizes, steps, full = _phases(b, node, x, w)
     else:
-        padding = [list(p) for p in a["padding"]]
-        full = [s + lo + hi for s, (lo, hi) in zip(x.shape[2:], padding)]
-        extra = _slack_rows((window[-1] - 1) * dil[-1], full)
-        padding[0][1] += extra
-        full[0] += extra
-        xp = _padded(b, x, [tuple(p) for p in padding])
+        xp, full = slacked(b, node, x, window)
         rows = [sym.prod(full[d + 1:]) for d in range(nsp)]
         sizes, steps = tuple(window), tuple(d * r for d, r in zip(dil, rows))
     flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(xp.shape[2:]))})
@@ -284,7 +229,7 @@ def _depthwise(b: Builder, node, x, w):
     if nsp == 2 and any(s != 1 for s in a["window_strides"]) and \
             all(d == 1 for d in a["rhs_dilation"]):
         return _depthwise_phases(b, node, x, w)
-    xp = _padded(b, x, a["padding"])
+    xp = padded(b, x, a["padding"])
     full = xp.shape[2:]
     flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(full))})
     rows = [sym.prod(full[d + 1:]) for d in range(nsp)]
@@ -357,20 +302,6 @@ def _depthwise_slices(b: Builder, node, x, w):
     return b.add("reshape", (total,), {"new_sizes": node.shape}, like=node)
 
 
-def _phased(node, w) -> bool:
-    """A strided window (more than 1x1), read in place through its phases (_phases)."""
-    return any(s != 1 for s in node.attrs["window_strides"]) and \
-        not all(k == 1 for k in w.shape[2:])
-
-
-def _column_planed(node, w) -> bool:
-    """A strided 2-D window (more than 1x1) read through its column planes
-    (_column_planes): where rounding its output rows up to whole vectors adds at most
-    half (beyond that the phases' zero taps cost less: 16 products for 9 at 3x3 / 2)."""
-    return _phased(node, w) and len(w.shape) == 4 and \
-        2 * _row_width(node.shape[3]) <= 3 * node.shape[3]
-
-
 def _stored(x) -> bool:
     """Whether x is a stored value (an input, a variable, a constant) rather than one a
     kernel computes. A strided window the column planes do not take (short output rows)
@@ -424,8 +355,11 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
                 sym.prod(w.shape[2:]) <= MAX_WINDOW:
             return _depthwise(builder, node, x, w)
         if a["feature_group_count"] != 1:        # grouped: one product per group
+            if cpu and node.dtype in ("float32", "float64") and \
+                    grouped_in_place_fits(node, x, w) and _reads_in_place(node, x, w):
+                return grouped_in_place(builder, node, x, w)
             if node.dtype in ("float32", "float64") and grouped_fits(node, x, w):
-                return grouped(builder, node, _padded(builder, x, a["padding"]), w)
+                return grouped(builder, node, padded(builder, x, a["padding"]), w)
             return None
         if cpu and node.dtype == "bfloat16":     # kept for AMX tiles: over patches
             return _patch_product(builder, node, x, w) if patches_fit(node, x, w) else None
@@ -435,9 +369,9 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
         window = sym.prod(w.shape[2:])
         positions = sym.prod(node.shape[2:])
         if use_winograd and flops >= MIN_FLOPS and winograd_fits(node, x, w):
-            return winograd(builder, node, _padded(builder, x, a["padding"]), w)
+            return winograd(builder, node, padded(builder, x, a["padding"]), w)
         if use_winograd and flops >= MIN_FLOPS and gradient_fits(node, x, w, MAX_PATCH_BYTES):
-            return winograd_filter_gradient(builder, node, _padded(builder, x, a["padding"]), w)
+            return winograd_filter_gradient(builder, node, padded(builder, x, a["padding"]), w)
         # output rows shorter than a vector make the windowed kernel's reads short: the
         # patch matrix is 5x faster there (a 3x3 convolution over 7 x 7 x 512; the
         # ResNet-50-sized model 60 -> 46 ms, its strided 14 -> 7 window included)
@@ -447,8 +381,8 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
             sym.hint(sym.prod(x.shape[1:])) * dtypes.itemsize(x.dtype) > IN_PLACE_MAX_INPUT \
             and patches_fit(node, x, w)
         if cpu and flops >= IN_PLACE_MIN_FLOPS and _reads_in_place(node, x, w) and \
-                not narrow and not large and (flops < MIN_FLOPS or not _phased(node, w) or
-                                not _stored(x) or _column_planed(node, w)):
+                not narrow and not large and (flops < MIN_FLOPS or not phased(node, w) or
+                                not _stored(x) or column_planed(node, w)):
             return _in_place(builder, node, x, w)
         if not patches_fit(node, x, w):
             return None
@@ -475,4 +409,4 @@ def _patch_product(b: Builder, node, x, w):
     per output position."""
     if sym.prod(w.shape[2:]) <= sym.prod(node.shape[2:]):
         return _im2col(b, node, x, w)
-    return per_output_position(b, node, _padded(b, x, node.attrs["padding"]), w)
+    return per_output_position(b, node, padded(b, x, node.attrs["padding"]), w)

@@ -1,0 +1,86 @@
+"""The layouts of a convolution's input that its product reads in place
+(conv_to_gemm.py, conv_grouped.py): the input padded (`padded`), with rows of slack for
+a stride-1 window's wide output rows (`slacked`), or a strided 2-D window's column planes
+(`column_planes`, where `column_planed`)."""
+from __future__ import annotations
+
+from graphc_runtime import dims as sym
+
+from .program import Builder
+
+
+def padded(b: Builder, x, padding):
+    """x with the convolution's (low, high) spatial padding applied (negative crops)."""
+    low = (0, 0) + tuple(lo for lo, _ in padding)
+    high = (0, 0) + tuple(hi for _, hi in padding)
+    if not any(low) and not any(high):
+        return x
+    return b.add("pad", (x,), {"low": low, "high": high, "interior": (0,) * x.ndim,
+                               "value": 0.0})
+
+
+def slack_rows(slack: int, full) -> int:
+    """Rows of zeros to add to the first axis of planes `full`: the wide grid's last
+    columns read up to `slack` (the last window offset) past a plane's end."""
+    return -(-slack // sym.prod(full[1:]))
+
+
+def slacked(b: Builder, node, x, window):
+    """(x padded for a stride-1 window read in place, the padded planes' sizes): the
+    convolution's padding and slack_rows more rows of zeros."""
+    a = node.attrs
+    padding = [list(p) for p in a["padding"]]
+    full = [s + lo + hi for s, (lo, hi) in zip(x.shape[2:], padding)]
+    extra = slack_rows((window[-1] - 1) * a["rhs_dilation"][-1], full)
+    padding[0][1] += extra
+    full[0] += extra
+    return padded(b, x, [tuple(p) for p in padding]), full
+
+
+def row_width(out_w: int) -> int:
+    """The output row width a column-planed product computes: out_w rounded up to a
+    whole number of 16-float vectors (the extra columns are cut after)."""
+    return -(-out_w // 16) * 16
+
+
+def column_planes(b: Builder, node, x, w):
+    """A strided 2-D window as a unit-stride one with exactly its taps: the padded input
+    of each image and channel is laid out with each row as kw planes, plane kx holding
+    the pixels the window's column kx reads (x[y, kx*dx + sx*j] for the output columns
+    j, rounded up to a whole number of vectors: row_width); tap (ky, kx) then starts at
+    ky*dy*kw*pw + kx*pw and output row i at sy*kw*pw (the product's row pitch): the
+    window's taps are affine and none is zero (the phases compute 16 products for a
+    3x3 window at stride 2). One loop kernel writes the planes (about kw/sx times the
+    input). Returns (planes (N, C, rows, kw, pw), the window view's sizes and strides,
+    pw)."""
+    a = node.attrs
+    n, c = x.shape[:2]
+    (kh, kw), (sy, sx) = w.shape[2:], a["window_strides"]
+    (dy, dx), (oh, ow) = a["rhs_dilation"], node.shape[2:]
+    pw = row_width(ow)
+    (top, bottom), (left, right) = a["padding"]
+    xp = padded(b, x, [(top, bottom), (left, right + sx * (pw - ow))])
+    rows = xp.shape[2]
+    planes = []
+    for kx in range(kw):
+        sl = b.add("slice", (xp,), {"start_indices": (0, 0, 0, kx * dx),
+                                    "limit_indices": (n, c, rows, kx * dx + sx * (pw - 1) + 1),
+                                    "strides": (1, 1, 1, sx)})
+        planes.append(b.add("reshape", (sl,), {"new_sizes": (n, c, rows, 1, pw)}))
+    xp = planes[0] if kw == 1 else b.add("concatenate", tuple(planes), {"dimension": 3})
+    line = kw * pw
+    return xp, (kh, kw, oh, pw), (dy * line, pw, sy * line, 1), pw
+
+
+def phased(node, w) -> bool:
+    """A strided window (more than 1x1), read in place through its phases (_phases)."""
+    return any(s != 1 for s in node.attrs["window_strides"]) and \
+        not all(k == 1 for k in w.shape[2:])
+
+
+def column_planed(node, w) -> bool:
+    """A strided 2-D window (more than 1x1) read through its column planes
+    (column_planes): where rounding its output rows up to whole vectors adds at most
+    half (beyond that the phases' zero taps cost less: 16 products for 9 at 3x3 / 2)."""
+    return phased(node, w) and len(w.shape) == 4 and \
+        2 * row_width(node.shape[3]) <= 3 * node.shape[3]
