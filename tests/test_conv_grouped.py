@@ -90,6 +90,10 @@ def test_grouped_convolutions_read_their_input_in_place(case, threads):
     # one product batched over images and groups, over a window view: no patch matrix
     assert "lhs_batch=(0,1), rhs_batch=(0,1)" in optimized and "window_view(" in optimized
     assert "transpose(" not in optimized and " conv(" not in optimized
+    # the bias and the activation (in (N, O, ...) order) join the product's kernel,
+    # each image's group's rows after its product (a layout epilogue)
+    dot_groups = [g for g in exe.dump("fused").splitlines() if "[dot]" in g]
+    assert len(dot_groups) == 1 and ":max" in dot_groups[0] and ":add" in dot_groups[0]
 
 
 def test_strided_grouped_convolutions_with_short_rows_take_the_patch_matrix():

@@ -72,6 +72,7 @@ def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int,
     another shape, K.layout_epilogue) need `buffer_of`."""
     eb.accs = {dot.id: (0, out_index)}
     eb.memo = {}
+    batch = len(dot.attrs["lhs_batch"]) if dot.op == "dot_general" else 1
     if not dests(dot):
         raise Illegal("dot needs an output buffer")
     epilogue, fills, layouts = [], [], []
@@ -85,8 +86,8 @@ def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int,
                 and any(_reads(o, r.id, eb.members) for o in others if o is not r)):
             # read back by a later root (the padded input of a depthwise convolution
             # over the product), or reading such a root: written image by image
-            layouts += _layout_nests(dot, r, eb.members, buffer_of, dests, out_index[0],
-                                     laid_out)
+            layouts += _layout_nests(dot, r, eb.members, buffer_of, dests,
+                                     out_index[:batch], laid_out)
             laid_out[r.id] = dests(r)[0]
         elif r.shape == dot.shape:
             epilogue += [Store(b, eb.value(r, out_index), out_index) for b in dests(r)]
@@ -102,8 +103,8 @@ def _epilogue(dot: Node, roots, eb: "ExprBuilder", out_index, dests, lead: int,
                 epilogue.append(Store(b, value, at))
                 fills += _border_fills(b, r, out_index, lead)
         elif buffer_of is not None and layout_epilogue(r, dot):
-            layouts += _layout_nests(dot, r, eb.members, buffer_of, dests, out_index[0],
-                                     laid_out)
+            layouts += _layout_nests(dot, r, eb.members, buffer_of, dests,
+                                     out_index[:batch], laid_out)
             laid_out[r.id] = dests(r)[0]
         else:
             raise Illegal("epilogue of another shape")
@@ -127,35 +128,51 @@ def _reads(node: Node, target: int, members) -> bool:
 def layout_epilogue(node: Node, dot: Node) -> bool:
     """Whether a dot kernel may compute `node`, a value of another shape than the dot's,
     as a layout nest (DotKernel.layouts): the dot has one batch axis, `node` leads with
-    the same one and is at most twice the dot's size. _layout_nests checks that it reads
-    the product only at the batch index it writes."""
-    if dot.op != "dot_general" or len(dot.attrs["lhs_batch"]) != 1 or not node.ndim:
+    the same one and is at most twice the dot's size; or the dot is grouped (two batch
+    axes, images and groups: (N, G, O/G, ...)) and `node` leads with the images and
+    then the groups' rows together (N, O, ...). _layout_nests checks that it reads the
+    product only at the batch index it writes."""
+    if dot.op != "dot_general" or len(dot.attrs["lhs_batch"]) not in (1, 2) or not node.ndim:
         return False
     if not all(isinstance(n, int) for n in tuple(node.shape) + tuple(dot.shape)):
+        return False
+    if len(dot.attrs["lhs_batch"]) == 2 and (
+            dot.ndim < 4 or node.ndim < 2 or node.shape[1] != dot.shape[1] * dot.shape[2]):
         return False
     return node.shape[0] == dot.shape[0] and node.size <= 2 * dot.size
 
 
-def _layout_nests(dot: Node, root: Node, members, buffer_of, dests, batch_var,
+def _layout_nests(dot: Node, root: Node, members, buffer_of, dests, batch,
                   laid_out) -> list:
-    """(loop vars, Store) nests writing `root` for one index of the dot's batch axis
-    (batch_var), its value built from a Load of the dot's output buffer or from the
-    buffers of earlier layout roots (`laid_out`: a depthwise convolution over the
-    padded copy just written); Illegal unless it reads at most one element of the
-    product, and that and the earlier layouts at that batch index only."""
+    """(loop vars, Store) nests writing `root` for one index of the dot's batch axes
+    (`batch`: its image, and its group where the dot is grouped: the nest then covers
+    that group's rows of root's second axis), its value built from a Load of the dot's
+    output buffer or from the buffers of earlier layout roots (`laid_out`: a depthwise
+    convolution over the padded copy just written); Illegal unless it reads at most one
+    element of the product, and that and the earlier layouts at that batch index only."""
     out = dests(dot)[0]
     written = {**laid_out, dot.id: out}
     eb = ExprBuilder({m for m in members if m not in laid_out},
                      lambda n: written[n.id] if n.id in written else buffer_of(n))
-    vars_ = tuple(ix.var(f"l{root.id}_{d}", n) for d, n in enumerate(root.shape[1:]))
-    index = (batch_var,) + vars_
+    sizes = list(root.shape[1:])
+    if len(batch) == 2:              # grouped: the group's rows of the second axis
+        sizes[0] = dot.shape[2]
+    vars_ = tuple(ix.var(f"l{root.id}_{d}", n) for d, n in enumerate(sizes))
+    index = (batch[0],) + vars_
+    if len(batch) == 2:
+        index = (batch[0], ix.add(ix.mul(batch[1], dot.shape[2]), vars_[0])) + vars_[1:]
     value = eb.value(root, index)
     loads = loads_of([value])
     ours = {id(b) for b in written.values()}
     if sum(ld.buffer is out for ld in loads) > 1:  # a window sum over the product
         raise Illegal("a layout epilogue reads one element of the product")
+
+    def at(ld):            # the batch index a load of the product or a layout reads
+        if len(batch) == 1 or ld.buffer is out:
+            return tuple(ld.index[:len(batch)])
+        return ld.index[0], ix.floordiv(ld.index[1], dot.shape[2])
     if not any(id(ld.buffer) in ours for ld in loads) or \
-            any(id(ld.buffer) in ours and ld.index[0] != batch_var for ld in loads):
+            any(id(ld.buffer) in ours and at(ld) != tuple(batch) for ld in loads):
         raise Illegal("a layout epilogue reads the product at its batch index")
     return [(vars_, Store(b, value, index)) for b in dests(root)]
 

@@ -150,6 +150,8 @@ def layout_fits(root: Node, dot: Node) -> bool:
     if not K.layout_epilogue(root, dot):
         return False
     images = max(dot.shape[0], 1)
+    if len(dot.attrs["lhs_batch"]) == 2:       # grouped: each image's groups one by one
+        return dot.nbytes // max(images * dot.shape[1], 1) <= LAYOUT_PRODUCT_BYTES
     per_image = dot.nbytes // images
     if per_image <= LAYOUT_PRODUCT_BYTES:
         return True

@@ -326,7 +326,7 @@ def layout_in_scratch(k: K.DotKernel, buf: K.Buffer) -> bool:
     time in a scratch of the kernel's: only k's later nests read it (k.private_layouts)
     and one index of it is at most SCRATCH_BYTES (a depthwise convolution's padded
     input, written and read in the core's cache)."""
-    return buf.id in k.private_layouts and \
+    return buf.id in k.private_layouts and len(k.batch_vars) == 1 and \
         buf.nbytes // max(buf.shape[0], 1) <= SCRATCH_BYTES
 
 

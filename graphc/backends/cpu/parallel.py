@@ -218,8 +218,9 @@ def layout_split(kern, threads: int):
     """The variable threads share a dot kernel with layout nests by: its images where
     there is one for each thread, else the product's rows where layout_rows_split
     allows, else None (one thread runs it)."""
-    images = [v for v in kern.batch_vars if isinstance(v, ix.IVar)]
-    if images and hint(ix.extent_of(images[0])) >= threads:
+    images = [v for v in kern.batch_vars if isinstance(v, ix.IVar) and
+              hint(ix.extent_of(v)) >= threads]     # or a grouped product's groups
+    if images:
         return images[0]
     if layout_rows_split(kern, threads):
         return [v for v in kern.m_vars if isinstance(v, ix.IVar)][0]
