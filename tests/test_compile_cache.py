@@ -123,6 +123,10 @@ def test_the_key_covers_what_decides_the_code(monkeypatch):
     assert object_cache.key("define void @f() { ret void }", 3,
                             dict(target, features="+avx512f")) != base
     assert object_cache.key("define void @f() { ret void }", 3, dict(target)) == base
+    # graphc's sources: the object holds the own GEMM kernels, which the IR only declares
+    from graphc_runtime import cache_store
+    monkeypatch.setattr(cache_store, "source_fingerprint", lambda: "an edited gemm.py")
+    assert object_cache.key("define void @f() { ret void }", 3, target) != base
 
 
 def test_in_process_hits_give_the_same_results(tmp_path, monkeypatch):

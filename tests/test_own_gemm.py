@@ -32,7 +32,8 @@ NN_SHAPES = [(32, 256, 1024), (4, 64, 32), (13, 40, 70), (9, 33, 47), (127, 100,
              (5, 1000, 48), (8, 1, 4096), (1, 2048, 1024), (1, 300, 200),
              (20, 2500, 40), (9, 1025, 33), (64, 3000, 64),     # k in blocks of 1024
              (16, 40, 9000),                                    # B packed (over 1 MB)
-             (300, 70, 130), (1000, 200, 64)]                   # rows in blocks of 128
+             (300, 70, 130), (1000, 200, 64),                   # rows in blocks of 128
+             (64, 300, 49), (40, 96, 196)]      # B's rows not whole lines apart: copied
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -44,6 +45,18 @@ def test_nn_form_matches_numpy(mkn, dtype):
     if m * n * k >= 1 << 15:
         assert "graphc_own_gemm_nn" in exe.dump("llvm")
     _check(exe, feeds, feeds["p0"].astype(np.float64) @ feeds["p1"], dtype)
+
+
+@pytest.mark.parametrize("first", [0, 1, 5])
+def test_b_off_the_cache_lines_is_read_right(first):
+    """B a view starting `first` columns into its buffer (and its rows 64 + 8 floats
+    apart): its panels are copied to aligned ones, tails masked."""
+    m, k, n = 96, 130, 49
+    exe = _compile([(m, k), (k, 72)], lambda a, b: a @ b[:, first:first + n])
+    feeds = _feeds([(m, k), (k, 72)], "float32")
+    assert "graphc_own_gemm_nn" in exe.dump("llvm")
+    _check(exe, feeds, feeds["p0"].astype(np.float64) @ feeds["p1"][:, first:first + n],
+           "float32")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

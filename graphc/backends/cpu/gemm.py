@@ -101,6 +101,9 @@ class _NN(Tiles):
     WIDE = 8
     PACK_BYTES = 1 << 20
     ALIASED_TILES = 8      # row tiles per panel from which rows 4 KB apart are packed
+    MISALIGNED_ROWS = 32   # rows of C from which B's panels are copied when its rows
+    # are not whole cache lines apart: 2048 x 49 @ 49-column B 77 -> 97 GFLOP/s on one
+    # thread, 160 rows 79 -> 93; 32 rows 95 -> 99, 16 rows 83 -> 69 (docs/performance.md)
     BLOCK = 128            # rows of A kept in L2 while B's panels pass
     DEPTH = 1024           # terms of k per pass: a panel of B stays in L2
 
@@ -124,8 +127,15 @@ class _NN(Tiles):
         # slower packed)
         aliased = b.and_(b.icmp_signed(">=", M, c(self.ALIASED_TILES * self.mr)), b.icmp_signed(
             "==", b.and_(b.mul(ldb, c(self.align)), c(4095)), c(0)))
+        # rows of B not a whole number of cache lines apart (or B itself not on a line):
+        # every vector load of B straddles two lines (a 7 x 7 image's 49 columns, 14 x
+        # 14's 196); copied, a panel is read aligned
+        lines = b.or_(b.mul(ldb, c(self.align)), b.ptrtoint(B, I64))
+        misaligned = b.and_(b.icmp_signed(">=", M, c(self.MISALIGNED_ROWS)), b.icmp_signed(
+            "!=", b.and_(lines, c(63)), c(0)))
         pack = b.and_(b.icmp_signed(">", M, c(self.mr)),
-                      b.or_(b.icmp_signed(">", span, c(self.PACK_BYTES)), aliased))
+                      b.or_(b.or_(b.icmp_signed(">", span, c(self.PACK_BYTES)), aliased),
+                            misaligned))
         # windowed B is a small input read many times over (it stays in L2): not packed
         pack = ir.Constant(ir.IntType(1), 0) if window else pack
         # terms per pass: DEPTH (windowed: whole windows, DEPTH // K2 rows of them)
@@ -137,6 +147,7 @@ class _NN(Tiles):
         deepest = b.select(b.icmp_signed("<", K, per_pass), K, per_pass)
         buf = b.alloca(self.ty, size=b.select(pack, b.mul(deepest, c(self.width * self.nv)),
                                               c(1)))
+        buf.align = 64
 
         def depth(k0, kb):
             """Terms k0 .. k0+kb of every sum (added to C's values after the first)."""
@@ -187,14 +198,20 @@ class _NN(Tiles):
 
         def columns(j, vectors):
             src, ld = self.ptr(b, B, self.column_at(b, j)), ldb
-            if vectors == self.nv and not self.windowed:
+            if not self.windowed:
+                # the panel copied into the aligned buffer, `vectors` vectors a row (the
+                # last columns' one vector read masked, its other lanes zeros)
+                count = 1 if vectors == "masked" else vectors
+                load = self.masked_io(b, b.sub(N, j))[0] if vectors == "masked" \
+                    else self.vload
                 with b.if_then(pack):
                     def row(k):
-                        for v in range(vectors):
-                            x = self.vload(b, src, b.add(b.mul(k, ldb), c(v * self.width)))
-                            self.vstore(b, x, buf, b.add(b.mul(k, c(panel)), c(v * self.width)))
+                        for v in range(count):
+                            x = load(b, src, b.add(b.mul(k, ldb), c(v * self.width)))
+                            self.vstore(b, x, buf, b.add(b.mul(k, c(count * self.width)),
+                                                         c(v * self.width)))
                     for_steps(b, c(0), K, 1, row, "pack")
-                src, ld = b.select(pack, buf, src), b.select(pack, c(panel), ldb)
+                src, ld = b.select(pack, buf, src), b.select(pack, c(count * self.width), ldb)
 
             def call_tile(i, r):
                 lanes = [b.sub(N, j)] if vectors == "masked" else []
