@@ -1,6 +1,6 @@
 """Products larger than a scratch that only their epilogue reads, run block by block
-(backends/cpu/dot_plan.product_block): each block of C's rows (or columns) in the
-kernel's scratch, the epilogue right after it. Against the reference interpreter, the
+(backends/cpu/dot_plan.product_block): each block of C's rows (or columns; a 1x1
+convolution's image rows) in the kernel's scratch, the epilogue right after it. Against the reference interpreter, the
 same bits as the whole product and for any thread count, the side chosen, and no arena
 room for the product."""
 import importlib
@@ -83,3 +83,42 @@ def test_blocked_product_takes_no_arena_room(monkeypatch):
     product = 1000 * 192 * 4
     assert blocked._native.arena_bytes + product <= whole._native.arena_bytes
     np.testing.assert_array_equal(blocked(**feeds), whole(**feeds))
+
+
+def _pointwise(shape, cout, seed=0):
+    """A 1x1 convolution of x (N, C, H, W) to `cout` channels with a bias, a residual
+    sum and ReLU: its product's columns are the image's rows and columns, merged."""
+    rng = np.random.default_rng(seed)
+    x = gc.placeholder(shape, name="x")
+    r = gc.placeholder((shape[0], cout) + tuple(shape[2:]), name="r")
+    w = gc.constant(rng.standard_normal((cout, shape[1], 1, 1)).astype(np.float32) * 0.1)
+    b = gc.constant(rng.standard_normal((1, cout, 1, 1)).astype(np.float32))
+    y = gc.relu(gc.nn.conv2d(x, w) + b + r)
+    return y, {"x": rng.standard_normal(shape).astype(np.float32),
+               "r": rng.standard_normal((shape[0], cout) + tuple(shape[2:])).astype(np.float32)}
+
+
+@pytest.mark.parametrize("shape,cout,axis", [
+    ((2, 64, 56, 56), 256, 1),     # blocks of the image's rows (the weights are small)
+    ((1, 24, 30, 37), 160, 1),     # 11 rows of 37 a block, the last 8
+    ((1, 64, 28, 28), 1024, 0),    # blocks of channels (the image is small)
+])
+def test_merged_columns_run_in_blocks(monkeypatch, shape, cout, axis):
+    chosen = _blocks_recorded(monkeypatch)
+    results = {}
+    for threads in (1, 2, 3):
+        with gc.Graph("merged_blocks"):
+            y, feeds = _pointwise(shape, cout)
+            exe = gc.compile(y, num_threads=threads)
+            want = gc.evaluate(y, feeds)
+        results[threads] = exe(**feeds)
+        np.testing.assert_allclose(results[threads], want, rtol=2e-5,
+                                   atol=2e-5 * np.abs(want).max())
+    assert {c[0] for c in chosen if c is not None} == {axis}
+    monkeypatch.setattr(dot_plan, "SCRATCH_BLOCK_BYTES", 1 << 40)   # one block: none
+    with gc.Graph("merged_blocks"):
+        y, _ = _pointwise(shape, cout)
+        whole = gc.compile(y, num_threads=2)
+    np.testing.assert_array_equal(whole(**feeds), results[1])
+    for threads in (2, 3):
+        np.testing.assert_array_equal(results[threads], results[1])

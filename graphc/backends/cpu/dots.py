@@ -84,6 +84,10 @@ class CpuDotEmitter:
                 c_off = b.mul(self.index(lin), c64(plan["M"] * plan["N"]))
             rows, cols = c64(plan["M"]), c64(plan["N"])
             ldc = c64(plan["N"] if blocked is None or blocked[0] == 0 else blocked[1])
+            if plan.get("merged"):    # rows of the image: W columns each
+                width = c64(ix.extent_of(merged_vars(k, plan)[1]))
+                if blocked is not None and blocked[0] == 1:
+                    ldc = b.mul(ldc, width)
             # bound now: a thread's share, or a block of rows (product() sets it)
             split_m = [v.name for v in real(k.m_vars) if v.name in self.bounds]
             split_n = [v.name for v in real(k.n_vars) if v.name in self.bounds]
@@ -97,13 +101,13 @@ class CpuDotEmitter:
             if split_n and (not split_m or blocked is not None):
                 # columns begin..end of C: of B's columns (or rows)
                 begin, end = self.bounds[split_n[0]]
+                at = in_block(begin, 1)
                 if plan.get("merged"):    # rows of the image: W columns each
-                    width = c64(ix.extent_of(merged_vars(k, plan)[1]))
-                    begin, end = b.mul(begin, width), b.mul(end, width)
+                    begin, end, at = (b.mul(v, width) for v in (begin, end, at))
                 cols = b.sub(end, begin)
                 step = 1 if plan["trans_b"] == 111 else plan["ldb"]
                 ptrs[1] = b.add(ptrs[1], b.mul(begin, c64(step)))
-                c_off = b.add(c_off, in_block(begin, 1))
+                c_off = b.add(c_off, at)
             a_ptr = b.gep(self.args[k.lhs.buffer.id][0], [ptrs[0]])
             b_ptr = b.gep(self.args[k.rhs.buffer.id][0], [ptrs[1]])
             c_ptr = b.gep(self.args[(scratch or k.out).id][0], [c_off])
