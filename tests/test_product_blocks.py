@@ -40,11 +40,18 @@ def _mlp(shape, n, seed=0):
     ((96, 256), 3000, 1),         # tokens x FFN: blocks of columns (A is small)
 ])
 def test_blocks_match_the_whole_product(monkeypatch, shape, n, axis):
+    _check_blocks(monkeypatch, lambda: _mlp(shape, n), axis)
+
+
+def _check_blocks(monkeypatch, build, axis):
+    """The graph `build()` makes (its output, feeds) compiled for 1, 2 and 3 threads
+    against the reference, its products in blocks along `axis`; the same bits for every
+    thread count and as the whole product."""
     chosen = _blocks_recorded(monkeypatch)
     results = {}
     for threads in (1, 2, 3):
         with gc.Graph("blocks"):
-            y, feeds = _mlp(shape, n)
+            y, feeds = build()
             exe = gc.compile(y, num_threads=threads)
             want = gc.evaluate(y, feeds)
         results[threads] = exe(**feeds)
@@ -53,7 +60,7 @@ def test_blocks_match_the_whole_product(monkeypatch, shape, n, axis):
     assert {c[0] for c in chosen if c is not None} == {axis}
     monkeypatch.setattr(dot_plan, "SCRATCH_BLOCK_BYTES", 1 << 40)   # one block: none
     with gc.Graph("blocks"):
-        y, _ = _mlp(shape, n)
+        y, _ = build()
         whole = gc.compile(y, num_threads=2)
     np.testing.assert_array_equal(whole(**feeds), results[1])
     for threads in (2, 3):
@@ -104,21 +111,4 @@ def _pointwise(shape, cout, seed=0):
     ((1, 64, 28, 28), 1024, 0),    # blocks of channels (the image is small)
 ])
 def test_merged_columns_run_in_blocks(monkeypatch, shape, cout, axis):
-    chosen = _blocks_recorded(monkeypatch)
-    results = {}
-    for threads in (1, 2, 3):
-        with gc.Graph("merged_blocks"):
-            y, feeds = _pointwise(shape, cout)
-            exe = gc.compile(y, num_threads=threads)
-            want = gc.evaluate(y, feeds)
-        results[threads] = exe(**feeds)
-        np.testing.assert_allclose(results[threads], want, rtol=2e-5,
-                                   atol=2e-5 * np.abs(want).max())
-    assert {c[0] for c in chosen if c is not None} == {axis}
-    monkeypatch.setattr(dot_plan, "SCRATCH_BLOCK_BYTES", 1 << 40)   # one block: none
-    with gc.Graph("merged_blocks"):
-        y, _ = _pointwise(shape, cout)
-        whole = gc.compile(y, num_threads=2)
-    np.testing.assert_array_equal(whole(**feeds), results[1])
-    for threads in (2, 3):
-        np.testing.assert_array_equal(results[threads], results[1])
+    _check_blocks(monkeypatch, lambda: _pointwise(shape, cout), axis)
