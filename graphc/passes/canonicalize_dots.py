@@ -8,8 +8,6 @@ as loop nests. The reshapes are views of contiguous operands (no copy).
 """
 from __future__ import annotations
 
-import numpy as np
-
 from graphc_runtime import dims as sym
 
 from .program import Program, rebuild

@@ -7,8 +7,6 @@ never on the thread count, so results are the same for any number of threads.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from graphc_runtime import dims as sym
 
 from .program import Program, rebuild
