@@ -33,7 +33,8 @@ NN_SHAPES = [(32, 256, 1024), (4, 64, 32), (13, 40, 70), (9, 33, 47), (127, 100,
              (20, 2500, 40), (9, 1025, 33), (64, 3000, 64),     # k in blocks of 1024
              (16, 40, 9000),                                    # B packed (over 1 MB)
              (300, 70, 130), (1000, 200, 64),                   # rows in blocks of 128
-             (64, 300, 49), (40, 96, 196)]      # B's rows not whole lines apart: copied
+             (64, 300, 49), (40, 96, 196),      # B's rows not whole lines apart: copied,
+             (40, 1500, 50), (48, 100, 45)]     # the last columns as a zero-padded panel
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

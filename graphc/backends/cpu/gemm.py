@@ -96,7 +96,10 @@ class _NN(Tiles):
     copied into a contiguous buffer: B's rows lie a large power of two apart in a
     convolution's patches (32768 floats), where the cache keeps only a few of them; so is
     a panel whose rows are a multiple of 4 KB apart (a pointwise convolution over 32 x 32
-    images). (Measured: docs/performance.md.)"""
+    images), and one whose rows are off the cache lines (a 7 x 7 image's 49 columns: each
+    vector load straddled two lines) where C has MISALIGNED_ROWS rows or more. A copied
+    B's last columns, more than a vector, run as one whole panel with zeros past N.
+    (Measured: docs/performance.md.)"""
 
     WIDE = 8
     PACK_BYTES = 1 << 20
@@ -197,38 +200,60 @@ class _NN(Tiles):
         A, C = self.ptr(b, A, b.mul(i0, ar)), self.ptr(b, C, b.mul(i0, ldc))
 
         def columns(j, vectors):
+            """The tiles of the panel at column j: `vectors` vectors wide, "masked" (one
+            vector of the last columns) or "padded" (the last columns as a whole panel,
+            copied with zeros past N)."""
             src, ld = self.ptr(b, B, self.column_at(b, j)), ldb
+            count = {"masked": 1, "padded": self.nv}.get(vectors, vectors)
             if not self.windowed:
-                # the panel copied into the aligned buffer, `vectors` vectors a row (the
-                # last columns' one vector read masked, its other lanes zeros)
-                count = 1 if vectors == "masked" else vectors
-                load = self.masked_io(b, b.sub(N, j))[0] if vectors == "masked" \
-                    else self.vload
+                # the panel copied into the aligned buffer, `count` vectors a row (the
+                # last columns' vectors read masked, their other lanes zeros)
+                left = b.sub(N, j)
+                loads = [self.masked_io(b, b.sub(left, c(v * self.width)))[0]
+                         if vectors in ("masked", "padded") else self.vload
+                         for v in range(count)]
                 with b.if_then(pack):
                     def row(k):
                         for v in range(count):
-                            x = load(b, src, b.add(b.mul(k, ldb), c(v * self.width)))
+                            x = loads[v](b, src, b.add(b.mul(k, ldb), c(v * self.width)))
                             self.vstore(b, x, buf, b.add(b.mul(k, c(count * self.width)),
                                                          c(v * self.width)))
                     for_steps(b, c(0), K, 1, row, "pack")
                 src, ld = b.select(pack, buf, src), b.select(pack, c(count * self.width), ldb)
 
             def call_tile(i, r):
-                lanes = [b.sub(N, j)] if vectors == "masked" else []
-                b.call(self.tile_function(r, 1 if lanes else vectors, bool(lanes)), [
+                lanes = [b.sub(N, j)] if vectors in ("masked", "padded") else []
+                form = "padded" if vectors == "padded" else bool(lanes)
+                b.call(self.tile_function(r, count, form), [
                     self.ptr(b, A, b.mul(i, ar)), ar, ac, src, ld,
                     self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K, more] +
-                    self.extra(b, j if vectors not in (0, 1, "masked") else None) + lanes)
+                    self.extra(b, j if vectors not in (0, 1, "masked", "padded") else None) +
+                    lanes)
             self.rows_of(b, rows, call_tile)
 
+        def narrower(j):
+            """From column j on: narrower panels, then the last < width columns as one
+            masked vector (a scalar column at a time took a third of a 7 x 7 image's
+            product, 49 columns)."""
+            for vectors in range(self.nv - 1, 0, -1):
+                j = for_steps(b, j, N, self.width * vectors,
+                              lambda j, v=vectors: columns(j, v), f"panels{vectors}")
+            with b.if_then(b.icmp_signed("<", j, N)):
+                columns(j, "masked")
+
         j = for_steps(b, c(0), N, panel, lambda j: columns(j, self.nv), "panels")
-        for vectors in range(self.nv - 1, 0, -1):    # what is left: narrower panels
-            j = for_steps(b, j, N, self.width * vectors, lambda j, v=vectors: columns(j, v),
-                     f"panels{vectors}")
-        # the last < width columns: one vector, masked (a scalar column at a time
-        # took a third of a 7 x 7 image's product, 49 columns)
+        if self.windowed:
+            return narrower(j)
+        # a copied B: more than a vector's last columns as one whole panel, zeros past
+        # N (49 columns took 8-10% longer than 64 as 32 + 16 + a masked vector); fewer
+        # as one masked vector (narrower)
+        wide = b.icmp_signed(">", b.sub(N, j), c(self.width))
         with b.if_then(b.icmp_signed("<", j, N)):
-            columns(j, "masked")
+            with b.if_else(b.and_(pack, wide)) as (copied, in_place):
+                with copied:
+                    columns(j, "padded")
+                with in_place:
+                    narrower(j)
 
     def single_row(self, b, A, B, K, more):
         """C's one row: panels of WIDE vectors, then narrower ones, then columns."""
@@ -242,10 +267,13 @@ class _NN(Tiles):
                 A, ar, ac, self.ptr(b, B, self.column_at(b, j)), ldb, self.ptr(b, C, j),
                 ldc, K, more] + self.extra(b, j if v > 1 else None)), f"row{vectors}")
 
-    def tile(self, b, rows, vectors, A, ar, ac, B, ldb, C, ldc, K, more, *window, io=None):
+    def tile(self, b, rows, vectors, A, ar, ac, B, ldb, C, ldc, K, more, *window, io=None,
+             c_io=None):
         """rows x vectors of C (vectors of 0: one column, column()); io: (load, store)
-        in place of vload and vstore (masked_io)."""
+        in place of vload and vstore (masked_io); c_io: such a pair for each vector of
+        C alone (padded_tile)."""
         vload, vstore = io or (self.vload, self.vstore)
+        c_io = c_io or [(vload, vstore)] * max(vectors, 1)
         gap = ir.Constant(I64, 0)
         if window:
             *window, gap = window
@@ -255,7 +283,7 @@ class _NN(Tiles):
         with b.if_then(b.icmp_signed("!=", more, ir.Constant(I64, 0))):
             for r in range(rows):
                 for v in range(vectors):
-                    b.store(vload(b, C, b.add(b.mul(ir.Constant(I64, r), ldc),
+                    b.store(c_io[v][0](b, C, b.add(b.mul(ir.Constant(I64, r), ldc),
                                                    ir.Constant(I64, v * self.width))),
                             accs[r * vectors + v])
 
@@ -276,9 +304,18 @@ class _NN(Tiles):
         self.each_k(b, K, ldb, window, step)
         for r in range(rows):
             for v in range(vectors):
-                vstore(b, b.load(accs[r * vectors + v]), C,
-                            b.add(b.mul(ir.Constant(I64, r), ldc),
-                                  ir.Constant(I64, v * self.width)))
+                c_io[v][1](b, b.load(accs[r * vectors + v]), C,
+                           b.add(b.mul(ir.Constant(I64, r), ldc),
+                                 ir.Constant(I64, v * self.width)))
+
+    def padded_tile(self, b, rows, vectors, *args):
+        """tile() of `vectors` vectors over a copied panel (zeros past the last column),
+        C's first `lanes` (the last argument) columns read and written: the other
+        columns' sums are computed and left."""
+        *args, lanes = args
+        c_io = [self.masked_io(b, b.sub(lanes, ir.Constant(I64, v * self.width)))
+                for v in range(vectors)]
+        self.tile(b, rows, vectors, *args, c_io=c_io)
 
     def masked_tile(self, b, rows, _vectors, *args):
         """tile() of one vector whose first `lanes` (the last argument) columns are read

@@ -120,21 +120,26 @@ class Tiles:
         second vector's columns from the first's in B beyond the vector width (a
         panel's columns may span two rows of the image). `masked` (nn): one vector of
         which only the first `lanes` columns are read and written, an i64 after the
-        others (a row's last columns, fewer than a vector)."""
-        name = f"{self.fn.name}_t{rows}x{'m' if masked else cols}"
+        others (a row's last columns, fewer than a vector); "padded" (nn): `cols`
+        vectors of a copied panel whose columns past `lanes` are zeros, only the first
+        `lanes` columns of C read and written."""
+        name = f"{self.fn.name}_t{rows}x{'m' if masked is True else cols}" + \
+            ("p" if masked == "padded" else "")
         module = self.gb.module
         if name in module.globals:
             return module.globals[name]
         p = ir.PointerType(self.ty)
         extra = [I64, ir.PointerType(I64), I64] if self.windowed else []
         fn = ir.Function(module, ir.FunctionType(VOID, [p, I64, I64, p, I64, p, I64, I64,
-                                                        I64] + extra + [I64] * masked), name)
+                                                        I64] + extra + [I64] * bool(masked)), name)
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
         for i in (0, 3, 5):
             fn.args[i].add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        (self.masked_tile if masked else self.tile)(b, rows, cols, *fn.args)
+        emit = self.padded_tile if masked == "padded" else \
+            self.masked_tile if masked else self.tile
+        emit(b, rows, cols, *fn.args)
         b.ret_void()
         return fn
 
