@@ -18,7 +18,7 @@ from __future__ import annotations
 from graphc_runtime import dims as sym
 
 from .conv_patches import MAX_PATCH_BYTES, patch_bytes, patch_view
-from .conv_planes import column_planed, column_planes, slacked
+from .conv_planes import column_planed, column_planes, slacked, window_product
 from .program import Builder
 
 MIN_CHANNELS = 4    # 3 x 3 over 56 x 56, 32 groups: 4 channels a group 2.56 -> 0.85 ms,
@@ -91,15 +91,4 @@ def grouped_in_place(b: Builder, node, x, w):
     flat = b.add("reshape", (xp,), {"new_sizes": (n, groups, c // groups,
                                                   sym.prod(xp.shape[2:]))})
     view = b.add("window_view", (flat,), {"sizes": tuple(sizes), "strides": tuple(strides)})
-    wg = b.add("reshape", (w,), {"new_sizes": (groups, o // groups) + tuple(w.shape[1:])})
-    wb = b.add("broadcast_in_dim", (wg,), {"shape": (n,) + tuple(wg.shape),
-                                           "broadcast_dimensions": tuple(range(1, wg.ndim + 1))})
-    prod = b.add("dot_general", (wb, view), {
-        "lhs_contracting": tuple(range(3, 4 + nsp)), "rhs_contracting": tuple(range(2, 3 + nsp)),
-        "lhs_batch": (0, 1), "rhs_batch": (0, 1)})
-    prod = b.add("reshape", (prod,), {"new_sizes": grid})
-    if grid == tuple(node.shape):
-        return prod
-    return b.add("slice", (prod,), {"start_indices": (0,) * len(grid),
-                                    "limit_indices": tuple(node.shape),
-                                    "strides": (1,) * len(grid)}, like=node)
+    return window_product(b, node, w, view, grid, nsp, groups)

@@ -1,7 +1,8 @@
 """The layouts of a convolution's input that its product reads in place
 (conv_to_gemm.py, conv_grouped.py): the input padded (`padded`), with rows of slack for
 a stride-1 window's wide output rows (`slacked`), or a strided 2-D window's column planes
-(`column_planes`, where `column_planed`)."""
+(`column_planes`, where `column_planed`); and the product of the filters with a window
+view over them (`window_product`)."""
 from __future__ import annotations
 
 from graphc_runtime import dims as sym
@@ -84,3 +85,27 @@ def column_planed(node, w) -> bool:
     half (beyond that the phases' zero taps cost less: 16 products for 9 at 3x3 / 2)."""
     return phased(node, w) and len(w.shape) == 4 and \
         2 * row_width(node.shape[3]) <= 3 * node.shape[3]
+
+
+def window_product(b: Builder, node, w, view, grid, k: int, groups: int = 1):
+    """w (O, C/groups, *taps) times the window view (N, C, *taps, *columns) per image, or
+    with groups per image and group (the view (N, G, C/G, *taps, *columns)), `k` taps
+    axes; the output cut from `grid`, the product's (N, O, ...) shape, where that is
+    wider."""
+    n = view.shape[0]
+    if groups > 1:
+        w = b.add("reshape", (w,), {"new_sizes": (groups, w.shape[0] // groups) +
+                                    tuple(w.shape[1:])})
+    lead = 1 + (groups > 1)                    # batch axes: images (and groups)
+    wb = b.add("broadcast_in_dim", (w,), {"shape": (n,) + tuple(w.shape),
+                                          "broadcast_dimensions": tuple(range(1, w.ndim + 1))})
+    prod = b.add("dot_general", (wb, view), {
+        "lhs_contracting": tuple(range(lead + 1, lead + 2 + k)),
+        "rhs_contracting": tuple(range(lead, lead + 1 + k)),
+        "lhs_batch": tuple(range(lead)), "rhs_batch": tuple(range(lead))})
+    if tuple(grid) == tuple(node.shape):
+        return b.add("reshape", (prod,), {"new_sizes": grid}, like=node)
+    prod = b.add("reshape", (prod,), {"new_sizes": grid})
+    return b.add("slice", (prod,), {"start_indices": (0,) * len(grid),
+                                    "limit_indices": tuple(node.shape),
+                                    "strides": (1,) * len(grid)}, like=node)

@@ -28,7 +28,8 @@ from graphc_runtime import dims as sym
 from ..ir import dtypes
 
 from .conv_grouped import grouped, grouped_fits, grouped_in_place, grouped_in_place_fits
-from .conv_planes import column_planed, column_planes, padded, phased, slack_rows, slacked
+from .conv_planes import (column_planed, column_planes, padded, phased, slack_rows, slacked,
+                          window_product)
 from .conv_positions import per_output_position
 from .conv_input_dilated import input_dilated
 from .conv_patches import MAX_PATCH_BYTES, patch_bytes
@@ -171,7 +172,7 @@ def _in_place(b: Builder, node, x, w):
         xp, view_sizes, view_strides, pw = column_planes(b, node, x, w)
         flat = b.add("reshape", (xp,), {"new_sizes": (n, c, sym.prod(xp.shape[2:]))})
         view = b.add("window_view", (flat,), {"sizes": view_sizes, "strides": view_strides})
-        return _product(b, node, w, view, (n, o, out_sp[0], pw), 2)
+        return window_product(b, node, w, view, (n, o, out_sp[0], pw), 2)
     elif any(s != 1 for s in strides):
         xp, w, sizes, steps, full = _phases(b, node, x, w)
     else:
@@ -195,24 +196,7 @@ def _in_place(b: Builder, node, x, w):
         view = b.add("window_view", (flat,), {"sizes": tuple(sizes) + (wide,),
                                               "strides": tuple(steps) + (1,)})
         grid = (n, o, out_sp[0]) + tuple(full[1:])
-    return _product(b, node, w, view, grid, k)
-
-
-def _product(b: Builder, node, w, view, grid, k):
-    """w (O, C, *taps) times the window view (N, C, *taps, *columns) per image, as the
-    output (cut from `grid`, the product's (N, O, ...) shape, where that is wider)."""
-    n = view.shape[0]
-    wb = b.add("broadcast_in_dim", (w,), {"shape": (n,) + tuple(w.shape),
-                                          "broadcast_dimensions": tuple(range(1, w.ndim + 1))})
-    prod = b.add("dot_general", (wb, view), {
-        "lhs_contracting": tuple(range(2, 3 + k)), "rhs_contracting": tuple(range(1, 2 + k)),
-        "lhs_batch": (0,), "rhs_batch": (0,)})
-    if tuple(grid) == tuple(node.shape):
-        return b.add("reshape", (prod,), {"new_sizes": grid}, like=node)
-    prod = b.add("reshape", (prod,), {"new_sizes": grid})
-    return b.add("slice", (prod,), {"start_indices": (0,) * len(grid),
-                                    "limit_indices": tuple(node.shape),
-                                    "strides": (1,) * len(grid)}, like=node)
+    return window_product(b, node, w, view, grid, k)
 
 
 def _depthwise(b: Builder, node, x, w):

@@ -304,10 +304,10 @@ def product_block(k: K.DotKernel, plan) -> tuple | None:
     64 -> 256 channels at 56 x 56 with its residual sum, 0.74 -> 0.62 ms a call at
     batch 1. None for other kernels: layouts, padded results, several row or column
     variables (but merged ones), symbolic sizes, windowed or narrow-type forms."""
-    merged = plan is not None and plan.get("merged")
     if not (k.private_out and plan is not None and plan.get("own") in ("nn", "nt") and
             k.epilogue) or k.layouts or k.fills:
         return None
+    merged = plan.get("merged")
     if len(k.m_vars) != 1 or len(k.n_vars) != (2 if merged else 1) or \
             not all(isinstance(v, ix.IVar) for v in k.m_vars + k.n_vars):
         return None
@@ -326,7 +326,6 @@ def product_block(k: K.DotKernel, plan) -> tuple | None:
         return (1, lines) if lines * width < N else None
     cols = max(32, SCRATCH_BLOCK_BYTES // (M * item) // 32 * 32)
     return (1, cols) if cols < N else None
-
 
 
 def layout_in_scratch(k: K.DotKernel, buf: K.Buffer) -> bool:

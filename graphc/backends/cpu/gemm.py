@@ -128,12 +128,13 @@ class _NN(Tiles):
         # pointwise convolution, 64 x 32 @ 32 x 1024); with fewer (an RNN step's
         # 32 x 256 @ 256 x 1024, its weight in L2 from step to step) it does not (1.26x
         # slower packed)
+        row_bytes = b.mul(ldb, c(self.align))
         aliased = b.and_(b.icmp_signed(">=", M, c(self.ALIASED_TILES * self.mr)), b.icmp_signed(
-            "==", b.and_(b.mul(ldb, c(self.align)), c(4095)), c(0)))
+            "==", b.and_(row_bytes, c(4095)), c(0)))
         # rows of B not a whole number of cache lines apart (or B itself not on a line):
         # every vector load of B straddles two lines (a 7 x 7 image's 49 columns, 14 x
         # 14's 196); copied, a panel is read aligned
-        lines = b.or_(b.mul(ldb, c(self.align)), b.ptrtoint(B, I64))
+        lines = b.or_(row_bytes, b.ptrtoint(B, I64))
         misaligned = b.and_(b.icmp_signed(">=", M, c(self.MISALIGNED_ROWS)), b.icmp_signed(
             "!=", b.and_(lines, c(63)), c(0)))
         pack = b.and_(b.icmp_signed(">", M, c(self.mr)),
@@ -223,7 +224,7 @@ class _NN(Tiles):
 
             def call_tile(i, r):
                 lanes = [b.sub(N, j)] if vectors in ("masked", "padded") else []
-                form = "padded" if vectors == "padded" else bool(lanes)
+                form = vectors if lanes else ""
                 b.call(self.tile_function(r, count, form), [
                     self.ptr(b, A, b.mul(i, ar)), ar, ac, src, ld,
                     self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K, more] +

@@ -112,33 +112,32 @@ class Tiles:
             return module.globals[mangled]
         return ir.Function(module, ir.FunctionType(ty, [ty, ty, ty]), mangled)
 
-    def tile_function(self, rows: int, cols: int, masked: bool = False) -> ir.Function:
+    def tile_function(self, rows: int, cols: int, form: str = "") -> ir.Function:
         """The kernel of one rows x cols tile (cols in vectors for nn, elements for nt):
         f(A, a_row, a_col, B, ldb, C, ldc, K, more), `more` != 0 adding to C's values
         (a later block of k) instead of starting from zero; windowed, K counts rows of
         windows (k1) and three arguments follow: K2, the offsets and the distance of the
         second vector's columns from the first's in B beyond the vector width (a
-        panel's columns may span two rows of the image). `masked` (nn): one vector of
-        which only the first `lanes` columns are read and written, an i64 after the
-        others (a row's last columns, fewer than a vector); "padded" (nn): `cols`
-        vectors of a copied panel whose columns past `lanes` are zeros, only the first
-        `lanes` columns of C read and written."""
-        name = f"{self.fn.name}_t{rows}x{'m' if masked is True else cols}" + \
-            ("p" if masked == "padded" else "")
+        panel's columns may span two rows of the image). `form` "masked" (nn): one
+        vector of which only the first `lanes` columns are read and written, an i64
+        after the others (a row's last columns, fewer than a vector); "padded" (nn):
+        `cols` vectors of a copied panel whose columns past `lanes` are zeros, only the
+        first `lanes` columns of C read and written."""
+        name = f"{self.fn.name}_t{rows}x" + {"masked": "m", "padded": f"{cols}p"}.get(
+            form, str(cols))
         module = self.gb.module
         if name in module.globals:
             return module.globals[name]
         p = ir.PointerType(self.ty)
         extra = [I64, ir.PointerType(I64), I64] if self.windowed else []
         fn = ir.Function(module, ir.FunctionType(VOID, [p, I64, I64, p, I64, p, I64, I64,
-                                                        I64] + extra + [I64] * bool(masked)), name)
+                                                        I64] + extra + [I64] * bool(form)), name)
         fn.linkage = "internal"
         fn.attributes.add("alwaysinline")
         for i in (0, 3, 5):
             fn.args[i].add_attribute("noalias")
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        emit = self.padded_tile if masked == "padded" else \
-            self.masked_tile if masked else self.tile
+        emit = getattr(self, f"{form}_tile") if form else self.tile    # masked_tile, ...
         emit(b, rows, cols, *fn.args)
         b.ret_void()
         return fn

@@ -5,9 +5,10 @@ BERT-style benchmark model); their result depends only on the LLVM IR graphc emi
 what compiles it. An entry is keyed by the sha256 of: this format's version, graphc's
 sources (cache_store.source_fingerprint: the object holds the own GEMM kernels, which
 the IR only declares, so an edited gemm.py must miss), llvmlite's and LLVM's versions,
-the host's triple, CPU name and features, the optimization level and the IR text. So a compile whose kernels, options and machine are
-the same reuses the object code (even when its constants differ), and any difference
-misses. GRAPHC_CACHE=0 turns it off (with the program cache).
+the host's triple, CPU name and features, the optimization level and the IR text. So a
+compile whose kernels, options and machine are the same reuses the object code (even
+when its constants differ), and any difference misses. GRAPHC_CACHE=0 turns it off
+(with the program cache).
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def key(llvm_ir: str, opt_level: int, target: dict) -> str:
     """The entry's name: everything that decides the object code, hashed."""
     import llvmlite
     from graphc_runtime.cpu import llvm
-    return cache_store.entry_name(KIND, cache_store.source_fingerprint(), llvmlite.__version__,
+    return cache_store.entry_name(KIND, cache_store.source_fingerprint(),
+                                  llvmlite.__version__,
                                   ".".join(map(str, llvm().llvm_version_info)),
                                   target["triple"], target["cpu"], target["features"],
                                   str(int(opt_level)), llvm_ir)
