@@ -34,7 +34,8 @@ NN_SHAPES = [(32, 256, 1024), (4, 64, 32), (13, 40, 70), (9, 33, 47), (127, 100,
              (16, 40, 9000),                                    # B packed (over 1 MB)
              (300, 70, 130), (1000, 200, 64),                   # rows in blocks of 128
              (64, 300, 49), (40, 96, 196),      # B's rows not whole lines apart: copied,
-             (40, 1500, 50), (48, 100, 45)]     # the last columns as a zero-padded panel
+             (40, 1500, 50), (48, 100, 45),     # the last columns as a zero-padded panel
+             (43, 64, 36)]                      # (two vectors or one; rows 40-42 in halves)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -200,36 +200,32 @@ class _NN(Tiles):
         panel = self.width * self.nv
         A, C = self.ptr(b, A, b.mul(i0, ar)), self.ptr(b, C, b.mul(i0, ldc))
 
-        def columns(j, vectors):
-            """The tiles of the panel at column j: `vectors` vectors wide, "masked" (one
-            vector of the last columns) or "padded" (the last columns as a whole panel,
+        def columns(j, vectors, form=""):
+            """The tiles of the panel at column j, `vectors` vectors wide; form "masked"
+            (one vector of the last columns, read masked) or "padded" (the last columns,
             copied with zeros past N)."""
             src, ld = self.ptr(b, B, self.column_at(b, j)), ldb
-            count = {"masked": 1, "padded": self.nv}.get(vectors, vectors)
             if not self.windowed:
-                # the panel copied into the aligned buffer, `count` vectors a row (the
+                # the panel copied into the aligned buffer, `vectors` vectors a row (the
                 # last columns' vectors read masked, their other lanes zeros)
                 left = b.sub(N, j)
                 loads = [self.masked_io(b, b.sub(left, c(v * self.width)))[0]
-                         if vectors in ("masked", "padded") else self.vload
-                         for v in range(count)]
+                         if form else self.vload for v in range(vectors)]
                 with b.if_then(pack):
                     def row(k):
-                        for v in range(count):
+                        for v in range(vectors):
                             x = loads[v](b, src, b.add(b.mul(k, ldb), c(v * self.width)))
-                            self.vstore(b, x, buf, b.add(b.mul(k, c(count * self.width)),
+                            self.vstore(b, x, buf, b.add(b.mul(k, c(vectors * self.width)),
                                                          c(v * self.width)))
                     for_steps(b, c(0), K, 1, row, "pack")
-                src, ld = b.select(pack, buf, src), b.select(pack, c(count * self.width), ldb)
+                src, ld = b.select(pack, buf, src), b.select(pack, c(vectors * self.width), ldb)
 
             def call_tile(i, r):
-                lanes = [b.sub(N, j)] if vectors in ("masked", "padded") else []
-                form = vectors if lanes else ""
-                b.call(self.tile_function(r, count, form), [
+                lanes = [b.sub(N, j)] if form else []
+                b.call(self.tile_function(r, vectors, form), [
                     self.ptr(b, A, b.mul(i, ar)), ar, ac, src, ld,
                     self.ptr(b, C, b.add(b.mul(i, ldc), j)), ldc, K, more] +
-                    self.extra(b, j if vectors not in (0, 1, "masked", "padded") else None) +
-                    lanes)
+                    self.extra(b, j if vectors > 1 and not form else None) + lanes)
             self.rows_of(b, rows, call_tile)
 
         def narrower(j):
@@ -240,19 +236,23 @@ class _NN(Tiles):
                 j = for_steps(b, j, N, self.width * vectors,
                               lambda j, v=vectors: columns(j, v), f"panels{vectors}")
             with b.if_then(b.icmp_signed("<", j, N)):
-                columns(j, "masked")
+                columns(j, 1, "masked")
 
         j = for_steps(b, c(0), N, panel, lambda j: columns(j, self.nv), "panels")
         if self.windowed:
             return narrower(j)
-        # a copied B: more than a vector's last columns as one whole panel, zeros past
-        # N (49 columns took 8-10% longer than 64 as 32 + 16 + a masked vector); fewer
-        # as one masked vector (narrower)
+        # a copied B: the last columns as one whole panel of one vector or nv, zeros
+        # past N (49 columns took 8-10% longer than 64 as 32 + 16 + a masked vector; a
+        # masked vector read B masked at every step of k)
         wide = b.icmp_signed(">", b.sub(N, j), c(self.width))
         with b.if_then(b.icmp_signed("<", j, N)):
-            with b.if_else(b.and_(pack, wide)) as (copied, in_place):
+            with b.if_else(pack) as (copied, in_place):
                 with copied:
-                    columns(j, "padded")
+                    with b.if_else(wide) as (whole, one):
+                        with whole:
+                            columns(j, self.nv, "padded")
+                        with one:
+                            columns(j, 1, "padded")
                 with in_place:
                     narrower(j)
 
@@ -293,11 +293,17 @@ class _NN(Tiles):
         at = [ir.Constant(I64, 0)] + [b.add(ir.Constant(I64, v * self.width), gap)
                                       for v in range(1, vectors)]
 
+        # each row of A its own pointer, opaque to LLVM's loop strength reduction (which
+        # otherwise rebuilds rows 3.. from row 0 by adds in every step of k)
+        rows_at = [self.ptr(b, A, b.mul(ir.Constant(I64, r), ar)) for r in range(rows)]
+        pty = rows_at[0].type
+        rows_at = [b.asm(ir.FunctionType(pty, [pty]), "", "=r,0", [p], False)
+                   for p in rows_at]
+
         def step(k, row):
             bv = [vload(b, B, b.add(row, at[v])) for v in range(vectors)]
             for r in range(rows):
-                a = b.load(self.ptr(b, A, b.add(b.mul(ir.Constant(I64, r), ar),
-                                                b.mul(k, ac))))
+                a = b.load(self.ptr(b, rows_at[r], b.mul(k, ac)))
                 sa = self.splat(b, a)
                 for v in range(vectors):
                     slot = accs[r * vectors + v]
