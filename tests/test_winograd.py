@@ -329,3 +329,20 @@ def test_odd_outputs_under_computed_filters_keep_the_direct_product():
         assert "winograd_conv2d" not in exe.dump("optimized")
         fixed = gc.compile(_conv(x, gc.constant(np.ones((32, 32, 3, 3), np.float32))))
         assert "winograd_conv2d(" in fixed.dump("optimized")
+
+
+def test_odd_outputs_of_few_tiles_keep_the_direct_product():
+    """A 7 x 7 output at batch 1 is 16 tiles: fewer than a panel of the per-position
+    products' columns (ODD_MIN_COLUMNS), so it stays a direct product; at batch 2 (32
+    tiles) it takes Winograd. Both match the reference."""
+    rng = np.random.default_rng(3)
+    wv = rng.standard_normal((48, 32, 3, 3)).astype(np.float32)
+    for batch, winograd in ((1, False), (2, True)):
+        with gc.Graph("odd"):
+            x = gc.placeholder((batch, 32, 7, 7), name="x")
+            y = _conv(x, gc.constant(wv), ((1, 1), (1, 1)))
+            exe = gc.compile(y)
+            feeds = {"x": rng.standard_normal((batch, 32, 7, 7)).astype(np.float32)}
+            want = gc.evaluate(y, feeds)
+        assert ("winograd_conv2d(" in exe.dump("optimized")) == winograd
+        _close(exe(**feeds), want)

@@ -22,12 +22,17 @@ ODD_MIN_OUTPUTS = 7
 # dropped. Constant filters only (inference): 512 channels at 7 x 7, 2 threads, 10.6 ->
 # 6.9 ms at batch 8 and 1.43 -> 0.96 ms at batch 1; with filters transformed per call
 # (training) 10.1 -> 9.4 ms at batch 8 but 1.7 -> 4.3 ms at batch 1
+ODD_MIN_COLUMNS = 32
+# and only where the per-position products have a whole panel of the own GEMM's columns
+# (tiles x images): a 7 x 7 image's 16 tiles at batch 1 ran slower than the direct
+# product (docs/performance.md)
 
 
 def winograd_fits(node, x, w) -> bool:
     """Whether a convolution runs as winograd_conv2d (ir/ops/winograd.py; CPU only): a
     3x3 window at stride 1 without dilation, static sizes, even output sizes (or odd
-    ones of ODD_MIN_OUTPUTS or more under constant filters), at least
+    ones of ODD_MIN_OUTPUTS or more under constant filters, ODD_MIN_COLUMNS tiles of all
+    images or more; a symbolic batch counts as enough), at least
     WINOGRAD_MIN_CHANNELS in and out (the per-position products contract the input
     channels), one row of tiles' transforms within WINOGRAD_TILE_BYTES and the filters'
     within WINOGRAD_FILTER_BYTES."""
@@ -40,8 +45,10 @@ def winograd_fits(node, x, w) -> bool:
     o, c, oh, ow = node.shape[1], x.shape[1], node.shape[2], node.shape[3]
     item = x.nbytes // max(x.size, 1)
     row_bytes = 16 * max(o, c) * ((ow + 1) // 2) * item
-    sizes = oh % 2 == 0 and ow % 2 == 0 or \
-        w.op == "constant" and min(oh, ow) >= ODD_MIN_OUTPUTS
+    batch = x.shape[0] if isinstance(x.shape[0], int) else ODD_MIN_COLUMNS
+    tiles = ((oh + 1) // 2) * ((ow + 1) // 2) * batch
+    sizes = oh % 2 == 0 and ow % 2 == 0 or w.op == "constant" and \
+        min(oh, ow) >= ODD_MIN_OUTPUTS and tiles >= ODD_MIN_COLUMNS
     return sizes and min(o, c) >= WINOGRAD_MIN_CHANNELS and \
         row_bytes <= WINOGRAD_TILE_BYTES and 16 * o * c * item <= WINOGRAD_FILTER_BYTES
 
