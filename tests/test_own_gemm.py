@@ -27,15 +27,18 @@ def _check(exe, feeds, expected, dtype):
     np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())
 
 
-# (M, K, N): full tiles, row tails (M % 8), column tails (N % 32, % 16, < 16)
+# (M, K, N): full tiles, row tails (M % 6 on AVX-512, % 4 on AVX2: tiles of 4, 2, 1),
+# column tails (N % 64, % 32, % 16, < 16)
 NN_SHAPES = [(32, 256, 1024), (4, 64, 32), (13, 40, 70), (9, 33, 47), (127, 100, 33),
+             (11, 50, 100), (23, 64, 200),
              (5, 1000, 48), (8, 1, 4096), (1, 2048, 1024), (1, 300, 200),
              (20, 2500, 40), (9, 1025, 33), (64, 3000, 64),     # k in blocks of 1024
              (16, 40, 9000),                                    # B packed (over 1 MB)
              (300, 70, 130), (1000, 200, 64),                   # rows in blocks of 128
              (64, 300, 49), (40, 96, 196),      # B's rows not whole lines apart: copied,
              (40, 1500, 50), (48, 100, 45),     # the last columns as a zero-padded panel
-             (43, 64, 36)]                      # (two vectors or one; rows 40-42 in halves)
+             (43, 64, 36), (40, 96, 104),       # (as many vectors as they need: 1-4)
+             (40, 96, 88)]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -37,11 +37,15 @@ from .gemm_tiles import Tiles, chunks, for_steps, splat
 PREFIX = "graphc_own_gemm_"
 
 
-def shape(features: str, dtype: str) -> tuple[int, int, int]:
-    """(vector width in elements, MR rows, NV vectors) for the host's registers."""
+def shape(features: str, dtype: str, form: str = "nn") -> tuple[int, int, int]:
+    """(vector width in elements, MR rows, NV vectors) for the host's registers: on
+    AVX-512, 6 x 4 vectors for nn (24 sums; 24 multiply-adds for 10 loads a step of k),
+    8 x 2 for the others (nnw's panels place two vectors at most)."""
     bits = 512 if "+avx512f" in features.split(",") else 256
     width = bits // (32 if dtype == "float32" else 64)
-    return (width, 8, 2) if bits == 512 else (width, 4, 2)
+    if bits == 256:
+        return width, 4, 2
+    return (width, 6, 4) if form == "nn" else (width, 8, 2)
 
 
 def _signature(form: str, dtype: str) -> ir.FunctionType:
@@ -80,7 +84,7 @@ class GemmBuilder:
         fn.attributes.add("noinline")       # optimized once, however many dots call it
         for i in ((4, 7, 10) if form == "nnw" else (3, 6, 8)):
             fn.args[i].add_attribute("noalias")
-        width, mr, nv = shape(self.features, dtype)
+        width, mr, nv = shape(self.features, dtype, form)
         if form == "nnw" and nv > 2:
             raise CompileError("the windowed kernel's panels place two vectors at most")
         {"nn": _NN, "nnw": _NN, "nt": NT}[form](self, fn, ty, width, mr, nv,
@@ -241,20 +245,26 @@ class _NN(Tiles):
         j = for_steps(b, c(0), N, panel, lambda j: columns(j, self.nv), "panels")
         if self.windowed:
             return narrower(j)
-        # a copied B: the last columns as one whole panel of one vector or nv, zeros
-        # past N (49 columns took 8-10% longer than 64 as 32 + 16 + a masked vector; a
-        # masked vector read B masked at every step of k)
-        wide = b.icmp_signed(">", b.sub(N, j), c(self.width))
+        # a copied B: the last columns as one panel of as many vectors as they need,
+        # zeros past N (49 columns took 8-10% longer than 64 as 32 + 16 + a masked
+        # vector; a masked vector read B masked at every step of k)
         with b.if_then(b.icmp_signed("<", j, N)):
             with b.if_else(pack) as (copied, in_place):
                 with copied:
-                    with b.if_else(wide) as (whole, one):
-                        with whole:
-                            columns(j, self.nv, "padded")
-                        with one:
-                            columns(j, 1, "padded")
+                    self.padded_panel(b, b.sub(N, j), lambda v: columns(j, v, "padded"))
                 with in_place:
                     narrower(j)
+
+    def padded_panel(self, b, left, columns, vectors=1):
+        """columns(v) for the fewest v vectors (up to nv) that hold `left` columns."""
+        if vectors == self.nv:
+            return columns(vectors)
+        fits = b.icmp_signed("<=", left, ir.Constant(I64, vectors * self.width))
+        with b.if_else(fits) as (enough, more):
+            with enough:
+                columns(vectors)
+            with more:
+                self.padded_panel(b, left, columns, vectors + 1)
 
     def single_row(self, b, A, B, K, more):
         """C's one row: panels of WIDE vectors, then narrower ones, then columns."""

@@ -143,13 +143,14 @@ class Tiles:
         return fn
 
     def rows_of(self, b, M, call_tile):
-        """Full MR-row tiles, then the M % MR rows left in tiles of MR/2, MR/4, ..., 1."""
+        """Full MR-row tiles, then the M % MR rows left in tiles of powers of two."""
         i = for_steps(b, ir.Constant(I64, 0), M, self.mr, lambda i: call_tile(i, self.mr), "rows")
         self.halves(b, i, M, self.mr, call_tile, "rows")
 
     def halves(self, b, i, stop, full, call, name):
-        """From i up to stop (< full away), tiles of full/2, full/4, ..., 1 as they fit."""
-        size = full // 2
+        """From i up to stop (< full away), tiles of the powers of two below full, the
+        largest first, as they fit (4, 2, 1 for a full of 8 or 6)."""
+        size = 1 << ((full - 1).bit_length() - 1) if full > 1 else 0
         while size >= 1:
             fits = b.icmp_signed("<=", b.add(i, ir.Constant(I64, size)), stop)
             pre = b.block
