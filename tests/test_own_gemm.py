@@ -32,7 +32,7 @@ def _check(exe, feeds, expected, dtype):
 NN_SHAPES = [(32, 256, 1024), (4, 64, 32), (13, 40, 70), (9, 33, 47), (127, 100, 33),
              (11, 50, 100), (23, 64, 200),
              (5, 1000, 48), (8, 1, 4096), (1, 2048, 1024), (1, 300, 200),
-             (20, 2500, 40), (9, 1025, 33), (64, 3000, 64),     # k in blocks of 1024
+             (20, 2500, 40), (9, 1025, 33), (64, 3000, 64),     # k in passes
              (16, 40, 9000),                                    # B packed (over 1 MB)
              (300, 70, 130), (1000, 200, 64),                   # rows in blocks of 128
              (64, 300, 49), (40, 96, 196),      # B's rows not whole lines apart: copied,
@@ -186,8 +186,8 @@ def _jit_kernels(features):
 
 @pytest.mark.parametrize("features", ["+avx2,+fma", "+avx512f"])
 def test_kernels_for_each_register_layout(features):
-    """256-bit (AVX2: 4 x 2 tiles) and 512-bit (8 x 2) layouts, every tail, strided A
-    and a ldc wider than N, called directly."""
+    """256-bit (AVX2: nn's tiles 4 x 3 vectors, nt's 4 x 2) and 512-bit (6 x 4, 8 x 2)
+    layouts, every tail, strided A and a ldc wider than N, called directly."""
     from graphc_runtime.cpu import host_features
     if features == "+avx512f" and "+avx512f" not in host_features().split(","):
         pytest.skip("this machine has no AVX-512")
@@ -197,6 +197,7 @@ def test_kernels_for_each_register_layout(features):
         if form == "nnw":
             continue
         for m, n, k in [(1, 300, 48), (3, 5, 16), (9, 33, 32), (17, 70, 64), (8, 16, 16),
+                        (11, 50, 48), (40, 49, 64),            # B's rows off the lines
                         (9, 40, 2048), (20, 9000, 64)]:        # k in blocks; B packed
             a = rng.standard_normal((m, k + 3)).astype(dtype)      # lda = k + 3
             bmat = rng.standard_normal((k, n) if form == "nn" else (n, k)).astype(dtype)

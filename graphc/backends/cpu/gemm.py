@@ -38,14 +38,15 @@ PREFIX = "graphc_own_gemm_"
 
 
 def shape(features: str, dtype: str, form: str = "nn") -> tuple[int, int, int]:
-    """(vector width in elements, MR rows, NV vectors) for the host's registers: on
-    AVX-512, 6 x 4 vectors for nn (24 sums; 24 multiply-adds for 10 loads a step of k),
-    8 x 2 for the others (nnw's panels place two vectors at most)."""
+    """(vector width in elements, MR rows, NV vectors) for the host's registers: for nn
+    6 x 4 vectors on AVX-512 (24 sums of 32 registers; 24 multiply-adds for 10 loads a
+    step of k), 4 x 3 on AVX2 (12 sums of 16); 8 x 2 and 4 x 2 for the others (nnw's
+    panels place two vectors at most)."""
     bits = 512 if "+avx512f" in features.split(",") else 256
     width = bits // (32 if dtype == "float32" else 64)
-    if bits == 256:
-        return width, 4, 2
-    return (width, 6, 4) if form == "nn" else (width, 8, 2)
+    if form == "nn":
+        return (width, 6, 4) if bits == 512 else (width, 4, 3)
+    return (width, 8, 2) if bits == 512 else (width, 4, 2)
 
 
 def _signature(form: str, dtype: str) -> ir.FunctionType:
@@ -112,7 +113,9 @@ class _NN(Tiles):
     # are not whole cache lines apart: 2048 x 49 @ 49-column B 77 -> 97 GFLOP/s on one
     # thread, 160 rows 79 -> 93; 32 rows 95 -> 99, 16 rows 83 -> 69 (docs/performance.md)
     BLOCK = 128            # rows of A kept in L2 while B's panels pass
-    DEPTH = 1024           # terms of k per pass: a panel of B stays in L2
+    DEPTH = 1024           # terms of k per pass: a panel of B stays in L2 (passes that
+    # kept a 6 x 4-vector panel in L1, 128 terms, ran single products up to 12% faster
+    # but ResNeXt-50-sized 17% slower: rows of weights read in short runs from memory)
 
     def args(self):
         """(M, N, K, A, a_row, a_col, B, ldb, C, ldc, window): window (K2, offsets) for
