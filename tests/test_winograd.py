@@ -62,7 +62,7 @@ CASES = [  # (x shape, out channels, padding, threads)
     ((2, 16, 28, 28), 24, ((1, 1), (1, 1)), 2),        # rows of 14 tiles: runs of 8
     ((2, 32, 14, 14), 32, ((1, 1), (1, 1)), 1),        # rows of 7 tiles: one loop
     # odd outputs (constant filters): one more padded row and column, dropped after
-    ((2, 32, 7, 7), 48, ((1, 1), (1, 1)), 2),
+    ((8, 32, 7, 7), 48, ((1, 1), (1, 1)), 2),          # 128 tiles (ODD_MIN_COLUMNS)
     ((2, 16, 9, 30), 16, ((1, 1), (1, 1)), 2),
 ]
 
@@ -323,7 +323,7 @@ def test_odd_outputs_under_computed_filters_keep_the_direct_product():
     """Odd output sizes take Winograd under constant filters only: a transform per call
     costs more than the padded tiles save (docs/performance.md)."""
     with gc.Graph("odd"):
-        x = gc.placeholder((4, 32, 7, 7), name="x")
+        x = gc.placeholder((8, 32, 7, 7), name="x")
         w = gc.placeholder((32, 32, 3, 3), name="w")
         exe = gc.compile(_conv(x, w), inputs=[x, w])
         assert "winograd_conv2d" not in exe.dump("optimized")
@@ -332,12 +332,12 @@ def test_odd_outputs_under_computed_filters_keep_the_direct_product():
 
 
 def test_odd_outputs_of_few_tiles_keep_the_direct_product():
-    """A 7 x 7 output at batch 1 is 16 tiles: fewer than a panel of the per-position
-    products' columns (ODD_MIN_COLUMNS), so it stays a direct product; at batch 2 (32
-    tiles) it takes Winograd. Both match the reference."""
+    """A 7 x 7 output is 16 tiles an image: below ODD_MIN_COLUMNS (128) tiles in all, at
+    batch 4, it stays a direct product; at batch 8 it takes Winograd. Both match the
+    reference."""
     rng = np.random.default_rng(3)
     wv = rng.standard_normal((48, 32, 3, 3)).astype(np.float32)
-    for batch, winograd in ((1, False), (2, True)):
+    for batch, winograd in ((4, False), (8, True)):
         with gc.Graph("odd"):
             x = gc.placeholder((batch, 32, 7, 7), name="x")
             y = _conv(x, gc.constant(wv), ((1, 1), (1, 1)))

@@ -22,10 +22,10 @@ ODD_MIN_OUTPUTS = 7
 # dropped. Constant filters only (inference): 512 channels at 7 x 7, 2 threads, 10.6 ->
 # 6.9 ms at batch 8 and 1.43 -> 0.96 ms at batch 1; with filters transformed per call
 # (training) 10.1 -> 9.4 ms at batch 8 but 1.7 -> 4.3 ms at batch 1
-ODD_MIN_COLUMNS = 32
-# and only where the per-position products have a whole panel of the own GEMM's columns
-# (tiles x images): a 7 x 7 image's 16 tiles at batch 1 ran slower than the direct
-# product (docs/performance.md)
+ODD_MIN_COLUMNS = 128
+# and only where the per-position products have that many columns (tiles x images): on
+# the own GEMM's 6 x 4 tile the direct product of a 7 x 7 image (16 tiles) was 2-3%
+# faster at batch 1, 2 and 4, as fast at batch 8 (docs/performance.md)
 
 
 def winograd_fits(node, x, w) -> bool:
