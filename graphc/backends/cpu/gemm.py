@@ -103,7 +103,7 @@ class _NN(Tiles):
     a panel whose rows are a multiple of 4 KB apart (a pointwise convolution over 32 x 32
     images), and one whose rows are off the cache lines (a 7 x 7 image's 49 columns: each
     vector load straddled two lines) where C has MISALIGNED_ROWS rows or more. A copied
-    B's last columns, more than a vector, run as one whole panel with zeros past N.
+    B's last columns run as one panel of as many vectors as they need, zeros past N.
     (Measured: docs/performance.md.)"""
 
     WIDE = 8
@@ -115,7 +115,8 @@ class _NN(Tiles):
     BLOCK = 128            # rows of A kept in L2 while B's panels pass
     DEPTH = 1024           # terms of k per pass: a panel of B stays in L2 (passes that
     # kept a 6 x 4-vector panel in L1, 128 terms, ran single products up to 12% faster
-    # but ResNeXt-50-sized 17% slower: rows of weights read in short runs from memory)
+    # but ResNeXt-50-sized 17% slower; the likely cause, not measured: each pass reads
+    # the weights' rows in short runs from memory)
 
     def args(self):
         """(M, N, K, A, a_row, a_col, B, ldb, C, ldc, window): window (K2, offsets) for
