@@ -60,6 +60,28 @@ def test_chrome_trace_has_an_event_per_kernel_per_call(rng, tmp_path):
 
 
 @pytest.mark.skipif(pool.pool() is None, reason="no thread pool (it needs Linux on x86-64 or AArch64)")
+@pytest.mark.parametrize("threads", [2, 3])
+def test_split_kernels_get_a_multiple_of_the_threads_in_chunks(rng, threads):
+    """A product of 1599 columns has room for 3 chunks of 512: as 2 on 2 threads (3
+    left one thread a chunk more than the other, and the product at 1.35x its one-thread
+    rate); a long elementwise loop as whole rounds of chunks too."""
+    with gc.Graph():
+        a = gc.placeholder((512, 1536), name="a")
+        b = gc.placeholder((1536, 1599), name="b")
+        x = gc.placeholder((5 << 20,), name="x")
+        exe = gc.compile([gc.matmul(a, b), gc.tanh(x) * 2.0 + x], num_threads=threads)
+    report = exe.profile(repeat=1, a=rng.standard_normal((512, 1536)).astype(np.float32),
+                         b=rng.standard_normal((1536, 1599)).astype(np.float32),
+                         x=rng.standard_normal(5 << 20).astype(np.float32))
+    chunks = {}
+    for e in report.events:
+        if e["ph"] == "X" and e["tid"] > 0 and e["cat"] != "waiting":
+            chunks.setdefault(e["name"].split(" [")[0], set()).add(e["args"]["chunk"])
+    assert len(chunks) == 2
+    assert all(len(c) % threads == 0 for c in chunks.values()), chunks
+
+
+@pytest.mark.skipif(pool.pool() is None, reason="no thread pool (it needs Linux on x86-64 or AArch64)")
 def test_split_kernels_get_a_track_per_pool_thread(rng):
     n = 1 << 20
     with gc.Graph():
