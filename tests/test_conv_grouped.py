@@ -71,6 +71,10 @@ IN_PLACE = [  # x shape, w shape, groups, strides, padding: read in place by the
     ((2, 64, 28, 28), (96, 8, 3, 3), 8, (2, 2), ((1, 1), (1, 1))),     # column planes
     ((3, 32, 20), (64, 4, 5), 8, (1,), ((2, 2),)),                      # 1-D, 8 a group
     ((1, 32, 9, 12), (32, 8, 3, 3), 4, (1, 1), ((-1, 2), (0, 1))),     # crops and pads
+    # wav2vec2's positional convolution as ONNX's importer gives it (2-D, one row tall),
+    # 128 taps: exactly the output's 50 columns, no wide ones cut after
+    ((1, 64, 1, 49), (64, 4, 1, 128), 16, (1, 1), ((0, 0), (64, 64))),
+    ((2, 32, 30), (32, 8, 100), 4, (1,), ((50, 50),)),                  # 1-D, 100 taps
 ]
 
 
@@ -90,6 +94,8 @@ def test_grouped_convolutions_read_their_input_in_place(case, threads):
     # one product batched over images and groups, over a window view: no patch matrix
     assert "lhs_batch=(0,1), rhs_batch=(0,1)" in optimized and "window_view(" in optimized
     assert "transpose(" not in optimized and " conv(" not in optimized
+    if case >= 4:                  # one output row: its columns, nothing cut after
+        assert "slice(" not in optimized
     # the bias and the activation (in (N, O, ...) order) join the product's kernel,
     # each image's group's rows after its product (a layout epilogue)
     dot_groups = [g for g in exe.dump("fused").splitlines() if "[dot]" in g]

@@ -18,7 +18,8 @@ from __future__ import annotations
 from graphc_runtime import dims as sym
 
 from .conv_patches import MAX_PATCH_BYTES, patch_bytes, patch_view
-from .conv_planes import column_planed, column_planes, slacked, window_product
+from .conv_planes import (column_planed, column_planes, one_row, one_row_view, slacked,
+                          window_product)
 from .program import Builder
 
 MIN_CHANNELS = 4    # 3 x 3 over 56 x 56, 32 groups: 4 channels a group 2.56 -> 0.85 ms,
@@ -82,6 +83,9 @@ def grouped_in_place(b: Builder, node, x, w):
     if column_planed(node, w):
         xp, sizes, strides, pw = column_planes(b, node, x, w)
         grid = (n, o, out_sp[0], pw)
+    elif one_row(node, window):
+        xp, sizes, strides = one_row_view(b, node, x, window)
+        grid = tuple(node.shape)
     else:
         xp, full = slacked(b, node, x, window)
         rows = [sym.prod(full[d + 1:]) for d in range(nsp)]

@@ -38,6 +38,22 @@ def slacked(b: Builder, node, x, window):
     return padded(b, x, [tuple(p) for p in padding]), full
 
 
+def one_row(node, window) -> bool:
+    """Whether conv `node` (`window` its taps) is a 1-D convolution: one spatial axis, or
+    two with one output row and a window one row tall (ONNX's 1-D Conv, imported as 2-D).
+    Its product's columns are then exactly the output's."""
+    return len(window) == 1 or len(window) == 2 and node.shape[2] == 1 and window[0] == 1
+
+
+def one_row_view(b: Builder, node, x, window):
+    """(the padded input, the window view's sizes and strides) of a one_row convolution
+    at stride 1: the taps, then the output's columns; no slack rows and no wide columns
+    (a slacked view of a 2-D input one row tall computes kw - 1 columns more)."""
+    xp = padded(b, x, node.attrs["padding"])
+    taps = (xp.shape[-1],) * (len(window) - 1) + (node.attrs["rhs_dilation"][-1],)
+    return xp, tuple(window) + (node.shape[-1],), taps + (1,)
+
+
 def row_width(out_w: int) -> int:
     """The output row width a column-planed product computes: out_w rounded up to a
     whole number of 16-float vectors (the extra columns are cut after)."""
