@@ -305,6 +305,59 @@ def test_product_read_by_its_epilogue_alone_stays_in_a_scratch():
     np.testing.assert_array_equal(got[0], got[1])
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_padded_epilogue_of_a_product_run_block_by_block(threads):
+    """A 1x1 convolution whose product (64 x 2304, 590 KB an image) exceeds a scratch
+    runs by blocks of image rows, each block's epilogue writing its rows inside the next
+    convolution's padded input; the borders once. Against the reference, bitwise the
+    same on any thread count and with the arena poisoned."""
+    rng = np.random.default_rng(9)
+    xs = (2, 256, 48, 48)
+    with gc.Graph("padded_blocks"):
+        x = gc.placeholder(xs, name="x")
+        w1 = gc.constant(rng.standard_normal((64, 256, 1, 1)).astype(np.float32) * 0.1)
+        w2 = gc.constant(rng.standard_normal((8, 64, 3, 3)).astype(np.float32) * 0.2)
+        h = gc.relu(_conv(x, w1, ((0, 0), (0, 0))))
+        y = _conv(h, w2, ((2, 1), (0, 3)))
+        exe = gc.compile(y, num_threads=threads, winograd=False)
+        one = gc.compile(y, num_threads=1, winograd=False)
+        feeds = {"x": rng.standard_normal(xs).astype(np.float32)}
+        want = _reference(y, feeds)
+    # one block of 21 image rows of 48 columns, 64 channels, in the kernel's scratch
+    assert re.search(r"alloca (\[64512 x float\]|float, i64 64512)", exe.dump("llvm"))
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    np.testing.assert_array_equal(got, one(**feeds))
+    exe._native.poison_arena = True
+    np.testing.assert_array_equal(exe(**feeds), got)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_residual_sum_of_a_product_takes_the_dying_residuals_memory(threads):
+    """relu(conv(x) + b + r), r another product's result that dies there (and the next
+    convolution reads the sum): the sum is written over r (each line read and written
+    once), same results."""
+    rng = np.random.default_rng(10)
+    xs = (2, 32, 40, 40)
+    with gc.Graph("residual_in_place"):
+        x = gc.placeholder(xs, name="x")
+        w1 = gc.constant(rng.standard_normal((128, 32, 1, 1)).astype(np.float32) * 0.2)
+        w2 = gc.constant(rng.standard_normal((128, 32, 1, 1)).astype(np.float32) * 0.2)
+        b = gc.constant(rng.standard_normal(128).astype(np.float32))
+        r = gc.relu(_conv(x, w2, ((0, 0), (0, 0))))
+        w3 = gc.constant(rng.standard_normal((16, 128, 1, 1)).astype(np.float32) * 0.2)
+        y = gc.relu(_conv(x, w1, ((0, 0), (0, 0))) + b.reshape((1, 128, 1, 1)) + r)
+        z = _conv(y, w3, ((0, 0), (0, 0)))
+        exe = gc.compile(z, num_threads=threads)
+        feeds = {"x": rng.standard_normal(xs).astype(np.float32)}
+        want = _reference(z, feeds)
+    assert "in place:" in exe.dump("memory")
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    exe._native.poison_arena = True
+    np.testing.assert_array_equal(exe(**feeds), got)
+
+
 def test_padded_epilogue_of_a_product_split_along_its_columns():
     """pad(relu(x @ w)) along the columns, with a fill value: the product splits along
     its columns (4 rows), each chunk writes its columns inside the padded result and

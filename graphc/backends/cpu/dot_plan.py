@@ -302,10 +302,11 @@ def product_block(k: K.DotKernel, plan) -> tuple | None:
     columns of a transformer's FFN (128 tokens x 3,072). A 1x1 convolution's merged
     columns go by whole rows of the image (`size` then counts image rows): ResNet-50's
     64 -> 256 channels at 56 x 56 with its residual sum, 0.74 -> 0.62 ms a call at
-    batch 1. None for other kernels: layouts, padded results, several row or column
-    variables (but merged ones), symbolic sizes, windowed or narrow-type forms."""
+    batch 1. A padded result's border (k.fills) is written with the blocks (dot_fills:
+    by the block at column 0, or each block for its rows). None for other kernels: layouts, several row or column variables
+    (but merged ones), symbolic sizes, windowed or narrow-type forms."""
     if not (k.private_out and plan is not None and plan.get("own") in ("nn", "nt") and
-            k.epilogue) or k.layouts or k.fills:
+            k.epilogue) or k.layouts:
         return None
     merged = plan.get("merged")
     if len(k.m_vars) != 1 or len(k.n_vars) != (2 if merged else 1) or \
