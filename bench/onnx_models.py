@@ -59,7 +59,12 @@ class _Builder:
             y = self.op("Relu", [y])
         elif act == "relu6":
             y = self.op("Clip", [y, self.const(np.float32(0)), self.const(np.float32(6))])
+        elif act == "silu":                     # as torch exports nn.SiLU()
+            y = self.silu(y)
         return y
+
+    def silu(self, x):
+        return self.op("Mul", [x, self.op("Sigmoid", [x])])
 
     def linear(self, x, din, dout):
         y = self.op("MatMul", [x, self.weight((din, dout))])
@@ -333,6 +338,35 @@ def wav2vec2(batch: int, seconds: float = 1.0, hidden: int = 768, heads: int = 1
     return m, lambda rng: {x: rng.normal(0, 0.1, (batch, samples)).astype(np.float32)}
 
 
+def efficientnet(batch: int, size: int = 224, classes: int = 1000):
+    """EfficientNet-B0-style: MBConv blocks (1 x 1 expansion by 6, depthwise 3 x 3 or
+    5 x 5, squeeze-and-excitation to a quarter of the block's input channels, 1 x 1
+    projection), 16..320 channels, SiLU, a 1280-channel head."""
+    b = _Builder(10)
+    x = "image"
+    h = b.conv_bn(x, 3, 32, 3, 2, act="silu")
+    c = 32
+    for t, cout, n, s, k in ((1, 16, 1, 1, 3), (6, 24, 2, 2, 3), (6, 40, 2, 2, 5),
+                             (6, 80, 3, 2, 3), (6, 112, 3, 1, 5), (6, 192, 4, 2, 5),
+                             (6, 320, 1, 1, 3)):
+        for i in range(n):
+            stride, hidden = (s if i == 0 else 1), c * t
+            y = h if t == 1 else b.conv_bn(h, c, hidden, 1, act="silu")
+            y = b.conv_bn(y, hidden, hidden, k, stride, group=hidden, act="silu")
+            squeeze = max(1, c // 4)
+            e = b.op("GlobalAveragePool", [y])
+            e = b.silu(b.op("Conv", [e, b.weight((squeeze, hidden, 1, 1)),
+                                     b.const(np.zeros(squeeze, np.float32))]))
+            e = b.op("Sigmoid", [b.op("Conv", [e, b.weight((hidden, squeeze, 1, 1)),
+                                               b.const(np.zeros(hidden, np.float32))])])
+            y = b.conv_bn(b.op("Mul", [y, e]), hidden, cout, 1, act=None)
+            h = b.op("Add", [h, y]) if stride == 1 and c == cout else y
+            c = cout
+    h = b.conv_bn(h, c, 1280, 1, act="silu")
+    return _classifier(b, "efficientnet", x, h, 1280, batch, size, classes)
+
+
 MODELS = {"resnet": resnet, "mobilenet": mobilenet, "bert": bert, "gpt": gpt}
-REAL_MODELS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "convnext": convnext,
-               "resnext50": resnext50, "wav2vec2": wav2vec2}
+REAL_MODELS = {"resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
+               "efficientnet": efficientnet, "convnext": convnext, "resnext50": resnext50,
+               "wav2vec2": wav2vec2}
