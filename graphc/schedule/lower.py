@@ -402,7 +402,8 @@ def _epilogue_pairs(k: K.DotKernel, t: int, last) -> list:
     64 -> 256 channels at 56 x 56 with the residual at batch 8: 5.0 -> 3.7 ms;
     docs/performance.md)."""
     pairs = []
-    others = {ld.buffer.id for ld in K.loads_of([k.lhs, k.rhs] + [s.value for _, s in k.layouts])}
+    others = {ld.buffer.id for ld in K.loads_of([k.lhs, k.rhs] +
+                                                [s.value for _, s in k.layouts])}
     for s in k.epilogue:
         if s.buffer.kind != "temp" or s.buffer.id == k.out.id:
             continue

@@ -303,8 +303,9 @@ def product_block(k: K.DotKernel, plan) -> tuple | None:
     columns go by whole rows of the image (`size` then counts image rows): ResNet-50's
     64 -> 256 channels at 56 x 56 with its residual sum, 0.74 -> 0.62 ms a call at
     batch 1. A padded result's border (k.fills) is written with the blocks (dot_fills:
-    by the block at column 0, or each block for its rows). None for other kernels: layouts, several row or column variables
-    (but merged ones), symbolic sizes, windowed or narrow-type forms."""
+    by the block at column 0, or each block for its rows). None for other kernels:
+    layouts, several row or column variables (but merged ones), symbolic sizes,
+    windowed or narrow-type forms."""
     if not (k.private_out and plan is not None and plan.get("own") in ("nn", "nt") and
             k.epilogue) or k.layouts:
         return None
