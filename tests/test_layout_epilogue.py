@@ -69,6 +69,34 @@ def test_pointwise_product_writes_the_depthwise_input(stride, cin, cout, size):
     np.testing.assert_array_equal(exe(**feeds), got)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_silu_before_strided_phase_planes_stays_in_the_products_epilogue(stride):
+    """SiLU (x * logistic(x)) between the product and a stride-2 depthwise convolution:
+    the phase planes would evaluate the logistic per element in their transposed order
+    (as the product's layout nest or in their own kernel), so the product's epilogue
+    writes the activation along its rows and the planes' kernel only copies it (at
+    stride 1 the padded copy still joins the product). Same results either way."""
+    rng = np.random.default_rng(21)
+    xs = (2, 16, 24, 24)
+    with gc.Graph("silu_planes"):
+        x = gc.placeholder(xs, name="x")
+        w1 = gc.constant(rng.standard_normal((32, 16, 1, 1)).astype(np.float32) * 0.3)
+        w2 = gc.constant(rng.standard_normal((32, 1, 3, 3)).astype(np.float32))
+        h = _conv(x, w1, pad=0)
+        y = _conv(h * gc.sigmoid(h), w2, stride, groups=32)
+        exe = gc.compile(y, num_threads=2)
+        feeds = {"x": rng.standard_normal(xs).astype(np.float32)}
+        want = gc.evaluate(y, feeds)
+    dot = _dot_group(exe)
+    assert ":logistic" in dot and ":transpose" not in dot
+    assert len(_groups(exe)) == (1 if stride == 1 else 3)
+    if stride == 2:           # the planes' kernel copies: no math function there
+        planes = [g for g in _groups(exe) if ":transpose" in g]
+        assert len(planes) == 1 and ":logistic" not in planes[0]
+    got = exe(**feeds)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("batch,stride,threads", [(2, 2, 2), (1, 2, 2), (1, 1, 3)])
 def test_large_images_run_the_layouts_block_by_block(batch, stride, threads):
     """An image's product over 512 KB (32 channels at 72 x 72: 648 KB) whose other

@@ -22,7 +22,7 @@ from graphc_runtime.dims import hint
 from ..kernels import builders
 from ..kernels import kernel as K
 from ..ir.graph import Node
-from ..ir.primitive import lookup
+from ..ir.primitive import is_transcendental, lookup
 from ..passes.program import Program
 from .digraph import DiGraph
 from .policy import SchedulePolicy
@@ -90,6 +90,33 @@ def _rereads(node: Node, users, leaves: dict) -> bool:
 
 
 UPSTREAM_LIMIT = 512    # inlined ops a recomputation cost counts one by one; past it, as a tree
+
+
+def _math_under_transpose(n: Node, users, cls, materialized, limit: int = 32):
+    """Where n transposes (through pads and reshapes, each read by the next alone) a
+    value computed by math functions (the phase planes of a strided depthwise
+    convolution over SiLU's logistic), that value: it is then written in its own layout,
+    where its kernel vectorizes along its rows, and the transpose copies it. Else None.
+    (EfficientNet's 16 -> 96 channels at 112 x 112 with SiLU, then the depthwise 3 x 3
+    at stride 2: 1.2 ms with the logistic in the planes' kernel, 0.7 in the product's.)"""
+    if n.op != "transpose":
+        return None
+    v = n.inputs[0]
+    while v.op in ("reshape", "pad") and cls[v.id] == "fusible" and \
+            v.id not in materialized and len(users[v.id]) == 1:
+        v = v.inputs[0]
+    if cls[v.id] != "fusible" or v.id in materialized or len(users[v.id]) != 1:
+        return None
+    seen, stack = set(), [v]
+    while stack and len(seen) < limit:     # v and the fused values it is computed from
+        x = stack.pop()
+        if x.id in seen or x.id in materialized or cls[x.id] != "fusible":
+            continue
+        seen.add(x.id)
+        if is_transcendental(x.op):
+            return v
+        stack.extend(x.inputs)
+    return None
 
 
 def _recompute_cost(n: Node, materialized: set, cost: dict, upstream: dict) -> int:
@@ -199,6 +226,11 @@ def plan(program: Program, policy: SchedulePolicy = SchedulePolicy()) -> FusionP
             materialized.add(n.id)
             decisions.append(f"materialize %{n.id} ({n.op}): read in place through a "
                              f"{via[0]}")
+            under = _math_under_transpose(n, users, cls, materialized)
+            if under is not None:
+                materialized.add(under.id)
+                decisions.append(f"materialize %{under.id} ({under.op}) under %{n.id} "
+                                 f"(transpose): its math functions in its own layout")
             continue
         if any(cls[u.id] == "control" for u in us):
             materialized.add(n.id)

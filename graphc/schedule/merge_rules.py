@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from graphc_runtime.dims import prod
 
 from ..ir.graph import Node
+from ..ir.primitive import is_transcendental
 from ..kernels import kernel as K
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ def layout_fits(root: Node, dot: Node) -> bool:
     image's product (K.layout_epilogue): one image's product must stay in the core's
     cache. Threads then take whole images, or share an image by its rows where the
     kernel's nests allow (the policy's threads_fit, on the kernel built)."""
-    if not K.layout_epilogue(root, dot):
+    if not K.layout_epilogue(root, dot) or _costly_transpose(root, dot):
         return False
     images = max(dot.shape[0], 1)
     if len(dot.attrs["lhs_batch"]) == 2:       # grouped: each image's groups one by one
@@ -161,6 +162,36 @@ def layout_fits(root: Node, dot: Node) -> bool:
     return isinstance(rows, int) and \
         per_image * min(LAYOUT_BLOCK_ROWS, rows) // rows <= LAYOUT_PRODUCT_BYTES and \
         dot.inputs[1].nbytes // images <= LAYOUT_OPERAND_BYTES
+
+
+def _costly_transpose(root: Node, dot: Node, limit: int = 64) -> bool:
+    """Whether `root` transposes (the phase planes of a strided depthwise convolution) a
+    math function of the product (SiLU's logistic): a layout nest evaluates it per
+    element in the transposed order, in short strided runs. The product's own epilogue
+    evaluates it along its rows instead (fusion._math_under_transpose), and a loop
+    kernel copies it into the planes (EfficientNet's 16 -> 96 channels at 112 x 112 with
+    SiLU, then its depthwise 3 x 3 at stride 2: 1.8 ms as one kernel, 0.7 in three; with
+    ReLU6 0.5 ms as one). Looks at the nodes between the product and root (up to
+    `limit` nodes visited)."""
+    on_path: dict = {dot.id: True}
+    budget = [limit]
+
+    def reaches(n) -> bool:        # whether n is computed from the product
+        if n.id not in on_path:
+            budget[0] -= 1
+            on_path[n.id] = budget[0] > 0 and any([reaches(x) for x in n.inputs])
+        return on_path[n.id]
+    if not reaches(root) or budget[0] <= 0:
+        return False
+    between, seen, stack = [], set(), [root]
+    while stack:                   # the nodes computed from the product, up to root
+        n = stack.pop()
+        if n.id not in seen and n is not dot and on_path.get(n.id):
+            seen.add(n.id)
+            between.append(n)
+            stack.extend(n.inputs)
+    return any(n.op == "transpose" for n in between) and \
+        any(is_transcendental(n.op) for n in between)
 
 
 LAYOUT_BLOCK_ROWS = 8             # the fewest rows of a block (dots.channel_block)
