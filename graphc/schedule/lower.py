@@ -381,17 +381,20 @@ def _in_place_pairs(kernels, last) -> list:
             pairs += _epilogue_pairs(k, t, last)
         if not isinstance(k, K.LoopKernel):
             continue
-        outs = [s for s in k.stores if s.buffer.kind == "temp"]
         loads = k.reads()
-        for s in outs:
-            for ld in loads:
-                b = ld.buffer
-                if b.kind != "temp" or last.get(b.id) != t or b.id == s.buffer.id:
-                    continue
-                if all(tuple(x.index) == tuple(s.index) for x in loads if x.buffer.id == b.id) \
-                        and b.nbytes == s.buffer.nbytes:
-                    pairs.append((b.id, s.buffer.id))
+        pairs += [(b, s.buffer.id) for s in k.stores if s.buffer.kind == "temp"
+                  for b in _dying_at_its_index(s, loads, t, last)]
     return pairs
+
+
+def _dying_at_its_index(store, loads, t: int, last) -> list:
+    """Ids of the temps of store's size that die at kernel t and that `loads` read only at
+    the index `store` writes: each may share its memory with store's buffer."""
+    buffers = {ld.buffer.id: ld.buffer for ld in loads}
+    return [b.id for b in buffers.values()
+            if b.kind == "temp" and last.get(b.id) == t and b.id != store.buffer.id and
+            b.nbytes == store.buffer.nbytes and
+            all(tuple(x.index) == tuple(store.index) for x in loads if x.buffer.id == b.id)]
 
 
 def _epilogue_pairs(k: K.DotKernel, t: int, last) -> list:
@@ -408,12 +411,6 @@ def _epilogue_pairs(k: K.DotKernel, t: int, last) -> list:
         if s.buffer.kind != "temp" or s.buffer.id == k.out.id:
             continue
         rest = {ld.buffer.id for x in k.epilogue if x is not s for ld in K.loads_of([x.value])}
-        for ld in K.loads_of([s.value]):
-            b = ld.buffer
-            if b.kind != "temp" or last.get(b.id) != t or b.id in (s.buffer.id, k.out.id) or \
-                    b.id in others or b.id in rest or b.nbytes != s.buffer.nbytes:
-                continue
-            if all(tuple(x.index) == tuple(s.index) for x in K.loads_of([s.value])
-                   if x.buffer.id == b.id):
-                pairs.append((b.id, s.buffer.id))
+        pairs += [(b, s.buffer.id) for b in _dying_at_its_index(s, K.loads_of([s.value]), t, last)
+                  if b != k.out.id and b not in others and b not in rest]
     return pairs

@@ -174,22 +174,18 @@ def _costly_transpose(root: Node, dot: Node, limit: int = 64) -> bool:
     ReLU6 0.5 ms as one). Looks at the nodes between the product and root (up to
     `limit` nodes visited)."""
     on_path: dict = {dot.id: True}
+    between = []                   # the nodes computed from the product, up to root
     budget = [limit]
 
     def reaches(n) -> bool:        # whether n is computed from the product
         if n.id not in on_path:
             budget[0] -= 1
             on_path[n.id] = budget[0] > 0 and any([reaches(x) for x in n.inputs])
+            if on_path[n.id]:
+                between.append(n)
         return on_path[n.id]
     if not reaches(root) or budget[0] <= 0:
         return False
-    between, seen, stack = [], set(), [root]
-    while stack:                   # the nodes computed from the product, up to root
-        n = stack.pop()
-        if n.id not in seen and n is not dot and on_path.get(n.id):
-            seen.add(n.id)
-            between.append(n)
-            stack.extend(n.inputs)
     return any(n.op == "transpose" for n in between) and \
         any(is_transcendental(n.op) for n in between)
 
