@@ -231,7 +231,11 @@ def test_windowed_kernel_for_each_register_layout(features):
                 (17, 70, 130, [0, 2, 3, 11, 19, 20, 30, 31, 33], 70, 0),      # passes
                 (8, 16, 2, [5], 16, 0), (40, 1088, 32, [0, 1, 34, 35], 1088, 0),
                 (9, 256, 8, [0, 1, 2, 18, 19, 20], 16, 18),     # rows of 16, 18 apart
-                (1, 160, 3, [0, 1, 2, 34, 35], 32, 34), (20, 96, 70, [0, 1], 32, 35)]:
+                (1, 160, 3, [0, 1, 2, 34, 35], 32, 34), (20, 96, 70, [0, 1], 32, 35),
+                # fewer than FEW_CHANNELS input channels (a stem's 3 over 7 x 7 taps, the
+                # taps then in the inner loop) and the first count with channels inside
+                (19, 80, 3, list(range(7)) + list(range(40, 47)), 32, 40),
+                (19, 80, 8, list(range(7)) + list(range(40, 47)), 32, 40)]:
             k2 = len(offsets)
             cols = np.array([(j // row) * pitch + j % row for j in range(n)])
             ldb = cols.max() + max(offsets) + 4

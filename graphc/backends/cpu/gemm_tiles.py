@@ -94,6 +94,10 @@ class Tiles:
     """Shared parts of the forms: tile dispatch over rows and columns (gb: the
     GemmBuilder adding the kernel to its module)."""
 
+    FEW_CHANNELS = 8    # windowed sums over fewer input channels (k1) run a channel's
+    # window offsets in the inner loop: a stem's 3 channels left an inner loop of 3
+    # steps under an outer one of 49 taps
+
     def __init__(self, gb: "GemmBuilder", fn: ir.Function, ty, width: int, mr: int, nv: int,
                  windowed: bool = False):
         self.gb, self.fn, self.ty = gb, fn, ty
@@ -166,18 +170,31 @@ class Tiles:
     def each_k(self, b, K, ldb, window, body) -> None:
         """body(k, row) for each term k of the sums in order, row the offset of B's row
         k: k*ldb, or windowed (window = (K2, offsets), K counting k1) k1*ldb + offsets[k2]
-        with k = k1*K2 + k2, window offset by window offset (the inner loop then steps
-        through B by ldb like the plain form's)."""
+        with k = k1*K2 + k2: window offset by window offset (the inner loop then steps
+        through B by ldb like the plain form's), or where k1 counts fewer than
+        FEW_CHANNELS, channel by channel with the offsets inside. The order depends on
+        K1 and K2 only, so every tile and thread range of a product sums alike."""
         if not window:
             for_steps(b, ir.Constant(I64, 0), K, 1, lambda k: body(k, b.mul(k, ldb)), "k")
             return
         k2s, offsets = window
+        zero = ir.Constant(I64, 0)
 
         def outer(k2):                   # one window offset: B's rows ldb apart
             base = b.load(b.gep(offsets, [k2]))
-            for_steps(b, ir.Constant(I64, 0), K, 1, lambda k1: body(
+            for_steps(b, zero, K, 1, lambda k1: body(
                 b.add(b.mul(k1, k2s), k2), b.add(base, b.mul(k1, ldb))), "k1")
-        for_steps(b, ir.Constant(I64, 0), k2s, 1, outer, "k2")
+
+        def taps(k1):                    # one input channel: the window's offsets
+            start, channel = b.mul(k1, k2s), b.mul(k1, ldb)
+            for_steps(b, zero, k2s, 1, lambda k2: body(
+                b.add(start, k2), b.add(channel, b.load(b.gep(offsets, [k2])))), "taps")
+        few = b.icmp_signed("<", K, ir.Constant(I64, self.FEW_CHANNELS))
+        with b.if_else(few) as (channels_outside, taps_outside):
+            with channels_outside:
+                for_steps(b, zero, K, 1, taps, "channels")
+            with taps_outside:
+                for_steps(b, zero, k2s, 1, outer, "k2")
 
     def ptr(self, b, base, offset):
         return b.gep(base, [offset])
