@@ -80,3 +80,51 @@ def test_pointwise_gradients_match_the_reference():
         want = gc.evaluate(grads, feeds)
     for got, ref in zip(exe(**feeds), want):
         np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("batch,cin,cout", [(1, 96, 24), (3, 24, 96), (2, 1152, 48)])
+def test_one_position_convolutions_run_as_products(batch, cin, cout, dtype):
+    """A 1x1 convolution over 1 x 1 images (squeeze-and-excitation after a global pool):
+    the product of the images' channel vectors with the filter's rows, its bias and
+    activation in the product's kernel; against the reference, the same bits for any
+    thread count."""
+    rng = np.random.default_rng(cin)
+    with gc.Graph("one_position"):
+        x = gc.placeholder((batch, cin, 1, 1), dtype, name="x")
+        w = gc.constant((rng.standard_normal((cout, cin, 1, 1)) * 0.1).astype(dtype))
+        b = gc.constant(rng.standard_normal(cout).astype(dtype))
+        h = _conv(x, w, pad=0) + b.reshape((1, cout, 1, 1))
+        y = h * gc.sigmoid(h)
+        exes = {t: gc.compile(y, num_threads=t) for t in (1, 3)}
+        feeds = {"x": rng.standard_normal((batch, cin, 1, 1)).astype(dtype)}
+        want = gc.evaluate(y, feeds)
+    optimized = exes[3].dump("optimized")
+    assert " conv(" not in optimized and "dot_general(" in optimized
+    got = exes[3](**feeds)
+    tol = 2e-5 if dtype == "float32" else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+    np.testing.assert_array_equal(exes[1](**feeds), got)
+    if batch == 1:                        # the activation joins the product's kernel
+        assert len(exes[3].manifest()["kernels"]) == 1
+
+
+def test_one_position_gradients_match_the_reference():
+    """The data, filter and bias gradients of a convolution of one position, compiled,
+    against the reference in float64."""
+    rng = np.random.default_rng(5)
+    xs, ws = (3, 40, 1, 1), (16, 40, 1, 1)
+    with gc.Graph("one_position_grad"):
+        x = gc.placeholder(xs, "float64", name="x")
+        w = gc.placeholder(ws, "float64", name="w")
+        b = gc.placeholder((16,), "float64", name="b")
+        y = gc.tanh(_conv(x, w, pad=0) + b.reshape((1, 16, 1, 1)))
+        loss = (y * y).sum()
+        grads = gc.grad(loss, [x, w, b])
+        exe = gc.compile(grads, inputs=[x, w, b])
+        feeds = {"x": rng.standard_normal(xs), "w": rng.standard_normal(ws) * 0.3,
+                 "b": rng.standard_normal(16)}
+        want = gc.evaluate(grads, feeds)
+    assert " conv(" not in exe.dump("optimized")
+    for got, ref in zip(exe(**feeds), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())

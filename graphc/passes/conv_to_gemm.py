@@ -354,6 +354,8 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
             if node.dtype in ("float32", "float64") and grouped_fits(node, x, w):
                 return grouped(builder, node, padded(builder, x, a["padding"]), w)
             return None
+        if node.dtype in ("float32", "float64") and one_position(node, x, w):
+            return _channel_product(builder, node, x, w)
         if cpu and node.dtype == "bfloat16":     # kept for AMX tiles: over patches
             return _patch_product(builder, node, x, w) if patches_fit(node, x, w) else None
         if node.dtype not in ("float32", "float64"):
@@ -382,6 +384,32 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
         return _patch_product(builder, node, x, w)
 
     return rebuild(program, rewrite)
+
+
+def one_position(node, x, w) -> bool:
+    """Whether convolution `node` reads one pixel of each image for its one output
+    position: a 1 x 1 input (or window covering it, unpadded), one group (the
+    squeeze-and-excitation convolutions after a global average pool)."""
+    a = node.attrs
+    spatial = tuple(x.shape[2:]) + tuple(w.shape[2:]) + tuple(node.shape[2:])
+    return a["feature_group_count"] == 1 and a.get("batch_group_count", 1) == 1 and \
+        all(d == 1 for d in spatial) and \
+        all(lo == 0 and hi == 0 for lo, hi in a["padding"]) and \
+        all(d == 1 for d in a["lhs_dilation"])
+
+
+def _channel_product(b: Builder, node, x, w):
+    """A one-position convolution as the product of the images' channel vectors (N x C)
+    with the filter's rows (O x C): a matrix-vector product at batch 1 that reads the
+    filter once, contiguously, instead of the direct convolution's loop nest (an
+    EfficientNet-style squeeze-and-excitation 1152 -> 48 at batch 1: 33 us as a loop
+    nest)."""
+    n, c, o = x.shape[0], x.shape[1], w.shape[0]
+    rows = b.add("reshape", (x,), {"new_sizes": (n, c)}, like=node)
+    filters = b.add("reshape", (w,), {"new_sizes": (o, c)}, like=node)
+    y = b.add("dot_general", (rows, filters), {"lhs_contracting": (1,), "rhs_contracting": (1,),
+                                               "lhs_batch": (), "rhs_batch": ()}, like=node)
+    return b.add("reshape", (y,), {"new_sizes": tuple(node.shape)}, like=node)
 
 
 def patches_fit(node, x, w) -> bool:

@@ -45,11 +45,17 @@ def _whole_dims(shape, other) -> dict:
 
 def _rows_merged(reshape) -> bool:
     """Whether `reshape` puts back the rows canonicalize_dots merged: a 2-D product
-    without batch dims, (B*T, N) -> (B, T, N). (A convolution's products, batched over
-    images and reshaped along their columns, keep their own epilogue rules.)"""
+    without batch dims, (B*T, N) -> (B, T, N); or gives it unit dims after its own, (N, O)
+    -> (N, O, 1, 1): a one-position convolution's product (conv_to_gemm). (A
+    convolution's products, batched over images and reshaped along their columns, keep
+    their own epilogue rules.)"""
     dot = reshape.inputs[0]
-    return dot.op == "dot_general" and dot.ndim == 2 and not dot.attrs["lhs_batch"] and \
-        reshape.ndim > 2 and reshape.shape[-1] == dot.shape[-1]
+    if dot.op != "dot_general" or dot.ndim != 2 or dot.attrs["lhs_batch"] or \
+            reshape.ndim <= 2:
+        return False
+    unit_dims = tuple(reshape.shape[:2]) == tuple(dot.shape) and \
+        all(d == 1 for d in reshape.shape[2:])
+    return reshape.shape[-1] == dot.shape[-1] or unit_dims
 
 
 def sink_reshapes(program: Program) -> Program:
