@@ -388,7 +388,7 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
 
 def one_position(node, x, w) -> bool:
     """Whether convolution `node` reads one pixel of each image for its one output
-    position: a 1 x 1 input (or window covering it, unpadded), one group (the
+    position: 1 x 1 images (static), a 1 x 1 window, no padding, one group (the
     squeeze-and-excitation convolutions after a global average pool)."""
     a = node.attrs
     spatial = tuple(x.shape[2:]) + tuple(w.shape[2:]) + tuple(node.shape[2:])
