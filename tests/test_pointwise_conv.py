@@ -62,24 +62,32 @@ def test_residual_epilogue_over_short_rows(size, batch):
         np.testing.assert_array_equal(exes[t](**feeds), got)
 
 
-def test_pointwise_gradients_match_the_reference():
-    """The data and filter gradients of a 1x1 convolution (their products over the
-    image's merged columns too), compiled, against the reference in float64."""
-    rng = np.random.default_rng(3)
-    xs, ws = (2, 12, 10, 10), (20, 12, 1, 1)
+def _gradients_against_reference(xs, ws, seed):
+    """The data, filter and bias gradients of tanh(1x1 convolution + bias) over inputs
+    of shape xs and filters ws, compiled, against the reference in float64; returns the
+    executable."""
+    rng = np.random.default_rng(seed)
+    out = ws[0]
     with gc.Graph("pointwise_grad"):
         x = gc.placeholder(xs, "float64", name="x")
         w = gc.placeholder(ws, "float64", name="w")
-        b = gc.placeholder((20,), "float64", name="b")
-        y = gc.tanh(_conv(x, w, pad=0) + b.reshape((1, 20, 1, 1)))
+        b = gc.placeholder((out,), "float64", name="b")
+        y = gc.tanh(_conv(x, w, pad=0) + b.reshape((1, out, 1, 1)))
         loss = (y * y).sum()
         grads = gc.grad(loss, [x, w, b])
         exe = gc.compile(grads, inputs=[x, w, b])
         feeds = {"x": rng.standard_normal(xs), "w": rng.standard_normal(ws) * 0.3,
-                 "b": rng.standard_normal(20)}
+                 "b": rng.standard_normal(out)}
         want = gc.evaluate(grads, feeds)
     for got, ref in zip(exe(**feeds), want):
         np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
+    return exe
+
+
+def test_pointwise_gradients_match_the_reference():
+    """The data and filter gradients of a 1x1 convolution (their products over the
+    image's merged columns too), compiled, against the reference in float64."""
+    _gradients_against_reference((2, 12, 10, 10), (20, 12, 1, 1), seed=3)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -110,21 +118,7 @@ def test_one_position_convolutions_run_as_products(batch, cin, cout, dtype):
 
 
 def test_one_position_gradients_match_the_reference():
-    """The data, filter and bias gradients of a convolution of one position, compiled,
-    against the reference in float64."""
-    rng = np.random.default_rng(5)
-    xs, ws = (3, 40, 1, 1), (16, 40, 1, 1)
-    with gc.Graph("one_position_grad"):
-        x = gc.placeholder(xs, "float64", name="x")
-        w = gc.placeholder(ws, "float64", name="w")
-        b = gc.placeholder((16,), "float64", name="b")
-        y = gc.tanh(_conv(x, w, pad=0) + b.reshape((1, 16, 1, 1)))
-        loss = (y * y).sum()
-        grads = gc.grad(loss, [x, w, b])
-        exe = gc.compile(grads, inputs=[x, w, b])
-        feeds = {"x": rng.standard_normal(xs), "w": rng.standard_normal(ws) * 0.3,
-                 "b": rng.standard_normal(16)}
-        want = gc.evaluate(grads, feeds)
+    """The data, filter and bias gradients of a convolution of one position (each a
+    product, no direct convolution left), compiled, against the reference in float64."""
+    exe = _gradients_against_reference((3, 40, 1, 1), (16, 40, 1, 1), seed=5)
     assert " conv(" not in exe.dump("optimized")
-    for got, ref in zip(exe(**feeds), want):
-        np.testing.assert_allclose(got, ref, rtol=1e-10, atol=1e-10 * np.abs(ref).max())
