@@ -389,13 +389,12 @@ def _convolutions_as_products(program: Program, windowed: bool) -> Program:
 def one_position(node, x, w) -> bool:
     """Whether convolution `node` reads one pixel of each image for its one output
     position: 1 x 1 images (static), a 1 x 1 window, no padding, one group (the
-    squeeze-and-excitation convolutions after a global average pool)."""
+    squeeze-and-excitation convolutions after a global average pool). A dilated 1 x 1
+    input is the same pixel, and strides and window dilation move nothing here."""
     a = node.attrs
     spatial = tuple(x.shape[2:]) + tuple(w.shape[2:]) + tuple(node.shape[2:])
-    return a["feature_group_count"] == 1 and a.get("batch_group_count", 1) == 1 and \
-        all(d == 1 for d in spatial) and \
-        all(lo == 0 and hi == 0 for lo, hi in a["padding"]) and \
-        all(d == 1 for d in a["lhs_dilation"])
+    return a["feature_group_count"] == 1 and all(d == 1 for d in spatial) and \
+        all(lo == 0 and hi == 0 for lo, hi in a["padding"])
 
 
 def _channel_product(b: Builder, node, x, w):

@@ -407,10 +407,11 @@ def _epilogue_pairs(k: K.DotKernel, t: int, last) -> list:
     pairs = []
     others = {ld.buffer.id for ld in K.loads_of([k.lhs, k.rhs] +
                                                 [s.value for _, s in k.layouts])}
-    for s in k.epilogue:
+    reads = [K.loads_of([s.value]) for s in k.epilogue]     # each store's loads, once
+    for i, s in enumerate(k.epilogue):
         if s.buffer.kind != "temp" or s.buffer.id == k.out.id:
             continue
-        rest = {ld.buffer.id for x in k.epilogue if x is not s for ld in K.loads_of([x.value])}
-        pairs += [(b, s.buffer.id) for b in _dying_at_its_index(s, K.loads_of([s.value]), t, last)
+        rest = {ld.buffer.id for j, loads in enumerate(reads) if j != i for ld in loads}
+        pairs += [(b, s.buffer.id) for b in _dying_at_its_index(s, reads[i], t, last)
                   if b != k.out.id and b not in others and b not in rest]
     return pairs
