@@ -2,10 +2,11 @@
 
 Each model is quantized by onnxruntime.quantization.quantize_static (QDQ format, per
 channel, uint8 activations and int8 weights, calibrated on 4 random inputs); graphc
-runs the quantized file (its products on 8-bit integers: AVX512-VNNI's vpdpbusd where
-the CPU has it) and the float32 file, onnxruntime runs the same two files (CPU execution
-provider, all graph optimizations, intra-op threads = graphc's, spinning off so that
-neither steals the other's cores), all in one process and timed alternately. Printed
+runs the quantized file (its products on 8-bit integers: AMX tiles or AVX512-VNNI's
+vpdpbusd where the CPU has them) and the float32 file, onnxruntime runs the same two
+files (CPU execution provider, all graph optimizations, intra-op threads = graphc's,
+spinning off so that neither steals the other's cores), all in one process and timed
+alternately. Printed
 per model and batch: each time (ms), graphc int8 over graphc float32 (the issue's target:
 1.7x on the CNNs, 1.5x on BERT-style) and onnxruntime int8 / graphc int8 (> 1: graphc
 faster; target 1.0x each, ahead on the geometric mean). Outputs are checked first:
@@ -153,10 +154,13 @@ def main(argv=None) -> int:
     except ImportError as e:
         print(f"bench.int8 needs onnx and onnxruntime (the onnx extra): {e}")
         return 1
-    from graphc.backends.cpu import vnni
+    from graphc.backends.cpu import amx_int8, vnni
     from graphc_runtime.host import host_features
-    print("8-bit products: " + ("AVX512-VNNI (vpdpbusd)" if vnni.usable(host_features())
-                                else "int32 loop nests (no AVX512-VNNI here)"))
+    features = host_features()
+    print("8-bit products: " + (
+        "AMX tiles (tdpbusd), small ones on AVX512-VNNI" if amx_int8.usable(features) else
+        "AVX512-VNNI (vpdpbusd)" if vnni.usable(features) else
+        "int32 loop nests (no AVX512-VNNI here)"))
     print(f"{'model':14s} {'batch':>5s} {'graphc int8':>11s} {'graphc f32':>10s} "
           f"{'ort int8':>8s} {'ort f32':>8s} {'int8/f32':>8s} {'ort int8/ours':>13s}")
     rows = run(args.models, args.batches, args.repeat)

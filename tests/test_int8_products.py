@@ -1,7 +1,8 @@
-"""Products of 8-bit integers (gc.matmul_8bit, dot_general's packed_int8): on
-AVX512-VNNI's vpdpbusd where the CPU has it (backends/cpu/vnni.py), else in the loop
-nest; every result against numpy's exact int64 product, bit for bit. The code for a
-VNNI CPU is built and assembled on every x86-64 machine; the CUDA lowering assembles."""
+"""Products of 8-bit integers (gc.matmul_8bit, dot_general's packed_int8): on AMX tiles
+(tests/test_amx_int8.py) or AVX512-VNNI's vpdpbusd (backends/cpu/vnni.py) where the CPU
+has them, else in the loop nest; every result against numpy's exact int64 product, bit
+for bit. The code for a VNNI CPU is built and assembled on every x86-64 machine; the
+CUDA lowering assembles."""
 import os
 import re
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import graphc as gc
-from graphc.backends.cpu import vnni
+from graphc.backends.cpu import amx_int8, vnni
 from graphc.tensor import bind
 from graphc_runtime import host
 
@@ -119,8 +120,10 @@ def test_matmul_8bit_is_the_exact_product(sa, sb):
     np.testing.assert_array_equal(got, exact(a, b_))
     np.testing.assert_array_equal(ref, exact(a, b_))
     words_ = np.prod(sa[:-1]) * sb[-1] * -(-sa[-1] // 4)   # multiply-adds of words
-    if has_vnni and words_ >= 1 << 15 and len(sb) == 2:
-        assert vnni.NAME in exe.dump("llvm") and "vpdpbusd" in exe.dump("asm")
+    if has_vnni and words_ >= 1 << 15 and len(sb) == 2:    # AMX tiles or vpdpbusd
+        llvm, asm = exe.dump("llvm"), exe.dump("asm")
+        assert (vnni.NAME in llvm and "vpdpbusd" in asm) or \
+            (amx_int8.NAME in llvm and "tdpbusd" in asm)
 
 
 def test_values_count_as_their_low_bytes_and_sums_wrap():
@@ -170,7 +173,7 @@ def test_batched_products_give_each_thread_whole_products():
         exe = gc.compile(gc.matmul_8bit(pa, pb), num_threads=2)
     np.testing.assert_array_equal(exe(a, b_), np.einsum(
         "hgik,hgkj->hgij", a.astype(np.int64), b_.astype(np.int64)).astype(np.int32))
-    calls = re.findall(r"call \w+ @\"?graphc_own_gemm_vnni_int32\"?\(i64 (\S+),",
+    calls = re.findall(r"call \w+ @\"?graphc_own_gemm_(?:vnni|amxi8)_int32\"?\(i64 (\S+),",
                        exe.dump("llvm"))
     assert calls and all(m == "128" for m in calls), calls    # all 128 rows in each call
 
@@ -181,7 +184,7 @@ def test_the_loop_nest_computes_the_same_bits(monkeypatch):
     a = rng.integers(0, 256, (64, 100)).astype(np.int32)
     b_ = rng.integers(-128, 128, (100, 80)).astype(np.int32)
     exe, got, _ = _compiled(a, b_)
-    assert vnni.NAME not in exe.dump("llvm")
+    assert vnni.NAME not in exe.dump("llvm") and amx_int8.NAME not in exe.dump("llvm")
     np.testing.assert_array_equal(got, exact(a, b_))
 
 

@@ -35,20 +35,22 @@ KC = 256                      # K's slice: a block's A (16 KB) and B (16 KB) sta
 
 # One panel of 32 columns of C (float32 sums, 128-byte rows at c, `rows` blocks of 32
 # rows) = the A rows at a (bfloat16, `as` bytes apart) times the panel of B at b (pair
-# rows of 128 bytes), over K = 32 * kb: K in slices of KC (a slice's B, 16 KB, stays
-# in L1 across the row blocks), each 32 x 32 block as 2 x 2 tiles, starting from zero
-# in the first slice and from the sums so far in the others. One function for the
-# panel: the tile configuration is loaded once a call.
-BLOCK_IR = r"""
+# rows `bs` bytes apart: 128 in a packed panel), over K = 32 * kb: K in slices of KC
+# (a slice's B, 16 KB, stays in L1 across the row blocks), each 32 x 32 block as 2 x 2
+# tiles, starting from zero in the first slice and from the sums so far in the others.
+# One function for the panel: the tile configuration is loaded once a call.
+# (amx_int8.py runs the same block on 8-bit words.)
+_BLOCK_TEMPLATE = r"""
 declare x86_amx @llvm.x86.tileloadd64.internal(i16, i16, ptr, i64)
 declare x86_amx @llvm.x86.tdpbf16ps.internal(i16, i16, i16, x86_amx, x86_amx, x86_amx)
 declare void @llvm.x86.tilestored64.internal(i16, i16, ptr, i64, x86_amx)
 declare x86_amx @llvm.x86.tilezero.internal(i16, i16)
 
-define void @graphc_amx_block(ptr noalias %a, i64 %as, ptr noalias %b, ptr noalias %c,
-                              i64 %rows, i64 %kb) noinline {
+define void @graphc_amx_block(ptr noalias %a, i64 %as, ptr noalias %b, i64 %bs,
+                              ptr noalias %c, i64 %rows, i64 %kb) noinline {
 entry:
   %as16 = mul i64 %as, 16
+  %bs16 = mul i64 %bs, 16
   br label %slice
 slice:
   %s = phi i64 [0, %entry], [%s1, %slice.next]
@@ -57,7 +59,7 @@ slice:
   %steps = select i1 %short, i64 %left, i64 KC_STEPS
   %first = icmp eq i64 %s, 0
   %s_a = mul i64 %s, 64
-  %s_b = mul i64 %s, 2048
+  %s_b = mul i64 %s, %bs16
   %a_s = getelementptr i8, ptr %a, i64 %s_a
   %b_s = getelementptr i8, ptr %b, i64 %s_b
   br label %block
@@ -94,13 +96,13 @@ step:
   %ao = mul i64 %k, 64
   %pa0k = getelementptr i8, ptr %pa, i64 %ao
   %pa1k = getelementptr i8, ptr %pa1, i64 %ao
-  %bo = mul i64 %k, 2048
+  %bo = mul i64 %k, %bs16
   %pb0 = getelementptr i8, ptr %b_s, i64 %bo
   %pb1 = getelementptr i8, ptr %pb0, i64 64
   %ta0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa0k, i64 %as)
   %ta1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pa1k, i64 %as)
-  %tb0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb0, i64 128)
-  %tb1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb1, i64 128)
+  %tb0 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb0, i64 %bs)
+  %tb1 = call x86_amx @llvm.x86.tileloadd64.internal(i16 16, i16 64, ptr %pb1, i64 %bs)
   %n00 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %c00, x86_amx %ta0, x86_amx %tb0)
   %n01 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %c01, x86_amx %ta0, x86_amx %tb1)
   %n10 = call x86_amx @llvm.x86.tdpbf16ps.internal(i16 16, i16 64, i16 64, x86_amx %c10, x86_amx %ta1, x86_amx %tb0)
@@ -123,7 +125,17 @@ slice.next:
 done:
   ret void
 }
-""".replace("KC_STEPS", str(KC // TILE))
+"""
+
+
+def block_ir(name: str = BLOCK, product: str = "tdpbf16ps", steps: int = KC // TILE) -> str:
+    """The block kernel's IR text: function `name`, tile product `product` (amx_int8.py:
+    the 8-bit ones), slices of `steps` steps of K."""
+    return _BLOCK_TEMPLATE.replace("KC_STEPS", str(steps)).replace(
+        "tdpbf16ps", product).replace(f"@{BLOCK}(", f"@{name}(")
+
+
+BLOCK_IR = block_ir()
 
 
 def usable(features: str) -> bool:
@@ -242,7 +254,8 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
     runs unpacked (_unpacked_product)."""
     fn, b, acc = product_function(module, NAME)
     i8p = ir.PointerType(I8)
-    block = ir.Function(module, ir.FunctionType(VOID, [i8p, I64, i8p, i8p, I64, I64]), BLOCK)
+    block = ir.Function(module, ir.FunctionType(VOID, [i8p, I64, i8p, I64, i8p, I64, I64]),
+                        BLOCK)
     M, N, Kd, A, a_row, a_col, B, b_row, b_col, C, ldc = fn.args
     c = lambda v: ir.Constant(I64, v)
     up = lambda n: b.and_(b.add(n, c(TILE - 1)), c(-TILE))
@@ -311,7 +324,7 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
         b_panel = b.gep(Bp, [b.mul(j0, Kp)])
         cols = panel_cols(j0)
         b.call(block, [b.bitcast(Ap, i8p), b.mul(Kp, c(2)), b.bitcast(b_panel, i8p),
-                       b.bitcast(Cs, i8p), b.udiv(Mp, c(TILE)), b.udiv(Kp, c(TILE))])
+                       c(4 * TILE), b.bitcast(Cs, i8p), b.udiv(Mp, c(TILE)), b.udiv(Kp, c(TILE))])
 
         def out_row(r):                 # the panel's sums rounded into C
             src = b.mul(r, c(TILE))

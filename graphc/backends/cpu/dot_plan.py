@@ -138,29 +138,41 @@ def bf16_form(k: "K.DotKernel") -> str | None:
 
 
 BF16_FORMS = ("amx", "dpbf16")    # bfloat16 products, first choice first
-NATIVE_FORMS = BF16_FORMS + ("vnni", "vnnisu")   # products of narrow types
+INT8_FORMS = ("amxi8", "amxi8su", "vnni", "vnnisu")   # 8-bit ones (A's bytes unsigned;
+# signed: su)
+NATIVE_FORMS = BF16_FORMS + INT8_FORMS   # products of narrow types
 
 
 def native_kernel(form: str):
-    """The kernel of a narrow-type product form (amx.py, bf16_pairs.py, vnni.py): its
-    usable(), declare() and build()."""
-    from . import amx, bf16_pairs, vnni
-    return {"amx": amx, "dpbf16": bf16_pairs, "vnni": vnni.UNSIGNED_A,
+    """The kernel of a narrow-type product form (amx.py, bf16_pairs.py, amx_int8.py,
+    vnni.py): its usable(), declare() and build()."""
+    from . import amx, amx_int8, bf16_pairs, vnni
+    return {"amx": amx, "dpbf16": bf16_pairs, "amxi8": amx_int8.UNSIGNED_A,
+            "amxi8su": amx_int8.SIGNED_A, "vnni": vnni.UNSIGNED_A,
             "vnnisu": vnni.SIGNED_A}[form]
 
 
 def int8_form(k: "K.DotKernel") -> str | None:
-    """'vnni' ('vnnisu' with A's bytes signed) for a product of packed 8-bit integers
-    (DotKernel.packed_int8) where the CPU has AVX512-VNNI (vnni.py); else None (the
+    """How a product of packed 8-bit integers (DotKernel.packed_int8) runs: 'amxi8' on
+    the CPU's AMX tiles (amx_int8.py) where this process may use them and the product
+    fills them (amx_int8.worth_tiles), else 'vnni' on AVX512-VNNI's vpdpbusd (vnni.py)
+    where the CPU has it ('amxi8su' / 'vnnisu' with A's bytes signed); else None (the
     loop nest)."""
     if not k.packed_int8 or k.out.dtype != "int32" or \
             k.acc_dtype != "int32" or isinstance(k, K.WinogradKernel):
         return None
     from graphc_runtime.host import host_features
-    from . import vnni
-    if not vnni.usable(host_features()):
+    from . import amx_int8, vnni
+    features = host_features()
+    if not vnni.usable(features):
         return None
-    return "vnni" if k.packed_int8 == "us" else "vnnisu"
+    suffix = "" if k.packed_int8 == "us" else "su"
+    size = lambda vs: hint(sym_prod([ix.extent_of(v) for v in vs    # noqa: E731
+                                     if isinstance(v, ix.IVar)] or [1]))
+    if amx_int8.usable(features) and \
+            amx_int8.worth_tiles(size(k.m_vars), size(k.n_vars), size(k.k_vars)):
+        return "amxi8" + suffix
+    return "vnni" + suffix
 
 
 def native_bf16(features: str) -> str | None:

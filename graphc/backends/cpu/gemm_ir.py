@@ -66,5 +66,7 @@ def _optimized_ir(name: str, features: str, opt_level: int) -> str:
     parsed = b.parse_assembly(str(module))
     if form == "amx":                   # the tile kernel, written as LLVM IR text
         parsed.link_in(b.parse_assembly(amx.BLOCK_IR))
+    elif form.startswith("amxi8"):
+        parsed.link_in(b.parse_assembly(native_kernel(form).block_ir()))
     llvm_features.optimize(parsed, host_target_machine(opt_level), opt_level)
     return str(parsed)

@@ -54,7 +54,7 @@ def declare(module: ir.Module, name: str = NAME) -> ir.Function:
     return ir.Function(module, amx.signature(I32), name)
 
 
-def _unpacked_product(b: ir.IRBuilder, args, acc, signed_a: bool = False) -> None:
+def unpacked_product(b: ir.IRBuilder, args, acc, signed_a: bool = False) -> None:
     """The 8-bit unpacked product (amx.unpacked_product): int32 sums of byte products,
     the unsigned bytes first."""
     amx.unpacked_product(b, args, acc, lambda s, x, y: b.add(
@@ -74,7 +74,7 @@ def build(module: ir.Module, allocator: str = "malloc", signed_a: bool = False) 
     less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))  # noqa: E731
     raw, Ap, Bp, Mp, Np = amx.word_panels(
         b, fn, Q, MR, PANEL, allocator, acc,
-        lambda b_, args, acc_: _unpacked_product(b_, args, acc_, signed_a))
+        lambda b_, args, acc_: unpacked_product(b_, args, acc_, signed_a))
     zero = ir.Constant(I32, 0)
 
     def pack_a(i):
