@@ -79,8 +79,11 @@ def test_a_product_without_heap_for_its_packed_copies_runs_unpacked():
 
 @needs_vnni
 @pytest.mark.parametrize("m,k,n", [(1, 4, 1), (8, 8, 32), (37, 51, 29), (64, 768, 100),
-                                   (9, 1000, 17), (130, 64, 48)])
+                                   (9, 1000, 17), (130, 64, 48), (1, 2048, 1000),
+                                   (5, 300, 64)])
 def test_the_function_matches_the_exact_product(m, k, n):
+    """B's panels read where they lie (up to 64 rows, B's rows contiguous: the first
+    layout; whole 32-column tiles only) and packed (130 rows; the tails; B transposed)."""
     product, _keep = jit_product(vnni.build, vnni.NAME, VNNI)
     rng = np.random.default_rng(m * k + n)
     a, b_ = rng.integers(0, 256, (m, k)), rng.integers(-128, 128, (k, n))

@@ -66,20 +66,28 @@ def over_word_tiles(b: ir.IRBuilder, Mp, Np, rows: int, panel: int, tile) -> Non
 
 
 def word_tile(b: ir.IRBuilder, sums, Ap, Bp, steps, i0, j0, product,
-              words: ir.VectorType) -> None:
+              words: ir.VectorType, in_place=None) -> None:
     """Zero `sums` (2 x rows vector slots) and add into them, over `steps` words of k,
     rows i0.. of the packed A (one 32-bit word a row and step, broadcast to every lane)
     times the two panels of the packed B at column j0 (a vector of words a step):
     product(sum, a, b) -> the new sum (vdpbf16ps in bf16_pairs.py, vpdpbusd in
-    vnni.py); `words`: the vector type of B's words (lanes of 32-bit words)."""
+    vnni.py); `words`: the vector type of B's words (lanes of 32-bit words).
+    `in_place`: (an i1, B, its row stride in words): where the i1 holds, the panels are
+    read from B's rows where they lie instead."""
     lanes, c = words.count, (lambda v: ir.Constant(I64, v))
     for s in sums:
         b.store(ir.Constant(s.type.pointee, None), s)
     panels = [b.gep(Bp, [b.mul(j0, steps)]), b.gep(Bp, [b.mul(b.add(j0, c(lanes)), steps)])]
+    stride, align = c(lanes), 64
+    if in_place is not None:
+        direct, B, b_row = in_place
+        panels = [b.select(direct, b.gep(B, [b.add(j0, c(v * lanes))]), q)
+                  for v, q in enumerate(panels)]
+        stride, align = b.select(direct, b_row, stride), 4
 
     def step(p):
-        at = b.mul(p, c(lanes))
-        vs = [b.load(b.bitcast(b.gep(q, [at]), ir.PointerType(words)), align=64)
+        at = b.mul(p, stride)
+        vs = [b.load(b.bitcast(b.gep(q, [at]), ir.PointerType(words)), align=align)
               for q in panels]
         for r in range(len(sums) // 2):
             word = b.load(b.gep(Ap, [b.add(b.mul(b.add(i0, c(r)), steps), p)]))
