@@ -22,7 +22,13 @@ sized (hidden 768, 12 heads, 2 layers, 128 tokens), and the same BERT quantized 
 quantize_dynamic instead (`bert_dynamic`: DynamicQuantizeLinear + MatMulInteger; the
 output check is then the relative error, at most 2%, as the two runs quantize the
 activations each at its own rounding). Batches: 1 and 32 (`--batches` for others; a
-batch of 16 or more is timed over a third of `--repeat` calls, at least 3)."""
+batch of 16 or more is timed over a third of `--repeat` calls, at least 3).
+
+`--pre-process`: the float file goes through onnxruntime's quant_pre_process first, as
+onnxruntime's documentation asks before quantizing (shape inference and its graph
+optimizations: batch norms folded into their convolutions, so that each convolution's
+result is quantized once, not before and after its batch norm and clip). Both runs then
+read that quantized file; graphc's float32 still runs the original float file."""
 from __future__ import annotations
 
 import argparse
@@ -46,11 +52,12 @@ def _model(name: str, batch: int):
 
 
 def quantized(model, make_feeds, folder: str, activations: str = "QUInt8",
-              dynamic: bool = False):
+              dynamic: bool = False, pre_process: bool = False):
     """(float32 file, int8 file) of `model`, quantized with onnxruntime's
     quantize_static on 4 random inputs (QDQ, per channel, int8 weights, `activations` a
     QuantType name), or with quantize_dynamic (int8 weights; DynamicQuantizeLinear and
-    MatMulInteger) where `dynamic`."""
+    MatMulInteger) where `dynamic`; after onnxruntime's quant_pre_process where
+    `pre_process`."""
     import onnx
     from onnxruntime import quantization as q
     rng = np.random.default_rng(1)
@@ -63,10 +70,15 @@ def quantized(model, make_feeds, folder: str, activations: str = "QUInt8",
             return next(self.feeds, None)
     src, dst = os.path.join(folder, "float32.onnx"), os.path.join(folder, "int8.onnx")
     onnx.save(model, src)
+    given = src
+    if pre_process:
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+        given = os.path.join(folder, "pre_processed.onnx")
+        quant_pre_process(src, given)
     if dynamic:
-        q.quantize_dynamic(src, dst, weight_type=q.QuantType.QInt8)
+        q.quantize_dynamic(given, dst, weight_type=q.QuantType.QInt8)
         return src, dst
-    q.quantize_static(src, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
+    q.quantize_static(given, dst, Reader(), quant_format=q.QuantFormat.QDQ, per_channel=True,
                       activation_type=getattr(q.QuantType, activations),
                       weight_type=q.QuantType.QInt8)
     return src, dst
@@ -95,7 +107,8 @@ def _session(path: str, threads: int, optimized: bool = True):
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
-def run(models=MODELS, batches=None, repeat: int = 10, rounds: int = 3) -> list[dict]:
+def run(models=MODELS, batches=None, repeat: int = 10, rounds: int = 3,
+        pre_process: bool = False) -> list[dict]:
     import logging
 
     import onnx
@@ -109,7 +122,8 @@ def run(models=MODELS, batches=None, repeat: int = 10, rounds: int = 3) -> list[
             feeds = make_feeds(np.random.default_rng(0))
             with tempfile.TemporaryDirectory() as folder:
                 src, dst = quantized(model, make_feeds, folder,
-                                     dynamic=name.endswith("_dynamic"))
+                                     dynamic=name.endswith("_dynamic"),
+                                     pre_process=pre_process)
                 g8, g32 = gonnx.compile(onnx.load(dst)), gonnx.compile(onnx.load(src))
                 threads = g8.stats["num_threads"]
                 o8, o32 = _session(dst, threads), _session(src, threads)
@@ -148,6 +162,8 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--batches", nargs="*", type=int)
     p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--pre-process", action="store_true",
+                   help="onnxruntime's quant_pre_process before quantizing")
     args = p.parse_args(argv)
     try:
         import onnxruntime.quantization  # noqa: F401  (the check that it is there)
@@ -161,9 +177,11 @@ def main(argv=None) -> int:
         "AMX tiles (tdpbusd), small ones on AVX512-VNNI" if amx_int8.usable(features) else
         "AVX512-VNNI (vpdpbusd)" if vnni.usable(features) else
         "int32 loop nests (no AVX512-VNNI here)"))
+    print("quantized " + ("after onnxruntime's quant_pre_process (batch norms folded)"
+                          if args.pre_process else "as built (batch norms kept)"))
     print(f"{'model':14s} {'batch':>5s} {'graphc int8':>11s} {'graphc f32':>10s} "
           f"{'ort int8':>8s} {'ort f32':>8s} {'int8/f32':>8s} {'ort int8/ours':>13s}")
-    rows = run(args.models, args.batches, args.repeat)
+    rows = run(args.models, args.batches, args.repeat, pre_process=args.pre_process)
     for r in rows:
         print(f"{r['model']:14s} {r['batch']:>5d} {r['graphc int8']:>11.2f} "
               f"{r['graphc f32']:>10.2f} {r['ort int8']:>8.2f} {r['ort f32']:>8.2f} "
