@@ -70,7 +70,8 @@ def amx_usable() -> bool:
     return _amx
 
 
-AMX_SYMBOL = b"graphc_amx_block"    # in object code that uses tiles (backends/cpu/amx.py)
+AMX_SYMBOL = b"graphc_amx_block"    # in object code that uses tiles (backends/cpu/amx.py;
+# amx_int8.py's blocks are named with it as their prefix)
 
 
 def grant_amx(object_code: bytes) -> None:
@@ -81,8 +82,9 @@ def grant_amx(object_code: bytes) -> None:
         _amx = _request_amx(ask=True)
         if not _amx:
             from .errors import CompileError
-            raise CompileError("this code uses AMX tiles (bfloat16 products), which this "
-                               "process may not use (no amx-tile, or the kernel refused)")
+            raise CompileError("this code uses AMX tiles (bfloat16 or 8-bit products), "
+                               "which this process may not use (no amx-tile, or the "
+                               "kernel refused)")
 
 
 def _request_amx(ask: bool = False) -> bool:
