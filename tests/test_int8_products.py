@@ -225,3 +225,73 @@ def test_the_cuda_lowering_assembles(tmp_path):
         exe = gc.compile(gc.matmul_8bit(x, y), device="cuda", arch="sm_90")
     report = ptxas(exe.dump("ptx"), "sm_90", tmp_path)
     assert "error" not in report.lower()
+
+
+def _dot_kernels(out, threads=2):
+    """The lowered dot kernels of a program computing `out` (its graph current)."""
+    from graphc.backends.cpu import module as codegen
+    seen = {}
+    real = codegen.emit_module
+
+    def spy(name, lowered, n, profile=False, **kwargs):
+        seen["lowered"] = lowered
+        return real(name, lowered, n, profile, **kwargs)
+    codegen.emit_module = spy
+    try:
+        gc.compile(out, num_threads=threads)
+    finally:
+        codegen.emit_module = real
+    return [k for k in seen["lowered"].kernels if k.kind == "dot"]
+
+
+@needs_vnni
+def test_a_chain_led_by_an_8bit_product_blocks_only_where_its_other_operand_is_small():
+    """A chained follower runs block by block inside the leader's chunks; an 8-bit
+    product packs (or reads again) its whole other operand at every call, so where that
+    operand is larger than a block, the chunks run whole (module._unblocked_chain)."""
+    from graphc.backends.cpu import module as codegen
+    from graphc.kernels import index as ix
+    rng = np.random.default_rng(13)
+    for (m, k, n), unblocked in (((512, 768, 3072), True), ((512, 64, 64), False)):
+        with gc.Graph():
+            x = gc.placeholder((m, k), "int32", name="x")
+            y = gc.constant(rng.integers(-128, 128, (k, n)).astype(np.int32))
+            kern, = _dot_kernels(gc.matmul_8bit(x, y))
+        rows = next(v for v in kern.m_vars if isinstance(v, ix.IVar))
+        assert codegen._unblocked_chain(kern, rows) is unblocked, (m, k, n)
+    with gc.Graph():                     # graphc's own float32 kernels keep their blocks
+        x = gc.placeholder((512, 64), "float32", name="x")
+        kern, = _dot_kernels(x @ gc.constant(np.ones((64, 64), np.float32)))
+    rows = next(v for v in kern.m_vars if isinstance(v, ix.IVar))
+    assert not codegen._unblocked_chain(kern, rows)
+
+
+@needs_vnni
+def test_a_long_epilogue_of_an_8bit_product_runs_four_vectors_side_by_side():
+    """An epilogue of 48 or more primitives an element (a GELU between quantize pairs)
+    interleaves four vectors in its loop, as a loop kernel of that length does."""
+    rng = np.random.default_rng(14)
+    a = rng.integers(0, 256, (64, 256)).astype(np.int32)
+    b_ = rng.integers(-128, 128, (256, 512)).astype(np.int32)
+    from graphc.backends.llvm.emitter import CHAIN_INTERLEAVE, chain_interleave
+
+    def gelus(x):
+        h = gc.cast(gc.matmul_8bit(x, gc.constant(b_)), "float32") * 1e-3
+        for step in (0.05, 0.03, 0.02, 0.04, 0.01, 0.06, 0.07):   # fake quantization
+            h = gc.clip(gc.round(h / step), -128.0, 127.0) * step
+            h = h * 0.5 * (gc.erf(h * 0.7071) + 1.0)
+        return h
+    with gc.Graph():
+        x = gc.placeholder(a.shape, "int32", name="x")
+        h = gelus(x)
+        exes = {t: gc.compile(h, num_threads=t) for t in (1, 2)}
+        want = gc.evaluate(h, {"x": a})
+    got = exes[1](a)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)   # erf: graphc's own
+    np.testing.assert_array_equal(exes[2](a), got)
+    with gc.Graph():                     # the GELUs are the product's epilogue
+        x = gc.placeholder(a.shape, "int32", name="x")
+        kern, = _dot_kernels(gelus(x), threads=1)
+        assert chain_interleave(kern.epilogue) == CHAIN_INTERLEAVE
+        short, = _dot_kernels(gc.cast(gc.matmul_8bit(x, gc.constant(b_)), "float32") * 2.0)
+        assert chain_interleave(short.epilogue) == 0

@@ -11,6 +11,7 @@ from graphc_runtime.errors import CompileError
 from ...ir import dtypes
 from ...kernels import index as ix
 from ...kernels import kernel as K
+from ..llvm.emitter import chain_interleave
 from ..llvm.types import COMPUTE, I32, I64
 from .dot_plan import (NATIVE_FORMS, blas_plan, flat_epilogue, layout_in_scratch,
                        merged_vars, product_block, product_scratch_shape)
@@ -160,10 +161,12 @@ class CpuDotEmitter:
             """The product's rows bound now (all, a thread's or a block), then what reads
             them."""
             call()
-            if k.epilogue and flat:
+            self.interleave = chain_interleave(k.epilogue)   # a long epilogue (GELU with
+            if k.epilogue and flat:                          # its quantize pairs)
                 self._flat_loops(k, plan, epilogue)
             elif k.epilogue:
                 self.loops(k.m_vars + k.n_vars, epilogue)
+            self.interleave = 0
             self.dot_fills(k, m_bound=False)
             self.layout_nests(k, scratch, channels if block or split_m else None)
 

@@ -9,11 +9,12 @@ import llvmlite.ir as ir
 
 from graphc_runtime import plan_digest
 from graphc_runtime.cpu import ENTRY_ABI
-from graphc_runtime.dims import Dim
+from graphc_runtime.dims import Dim, hint
 
 from ...kernels import index as ix
 from ...kernels import kernel as K
 from ...kernels.structure import structure
+from ...schedule.chaining import BLOCK_BYTES as CHAIN_BLOCK_BYTES
 from ...schedule.chaining import chain_block, follower_split
 from .control import ControlBuilder, ControlEntry
 from . import gemm, scalef
@@ -102,8 +103,8 @@ class ModuleBuilder(LlvmModule, ThreadsBuilder, ControlBuilder):
             follower, f_aliased, u, f_twins = then
             f_fn, f_bufs = self._kernel_function(follower, f_aliased, u, f_twins)
             block = chain_block(kernel, split, split_granule(kernel, split))
-            if isinstance(kernel, K.DotKernel) and (blas_plan(kernel) or {}).get("own") is None:
-                block = 1 << 62      # OpenBLAS: chunks as large as the split makes them
+            if isinstance(kernel, K.DotKernel) and _unblocked_chain(kernel, split):
+                block = 1 << 62      # chunks as large as the split makes them
             fn, bufs = self._chained(fn, bufs, f_fn, f_bufs, index, block,
                                      kernel.name), bufs + f_bufs
         trampoline = self._trampoline(fn, bufs, index, kernel.name) \
@@ -471,3 +472,21 @@ def chain_plan(kernels, threads: int, offsets) -> dict:
         if u is not None:
             plan[t] = u
     return plan
+
+
+def _unblocked_chain(kernel, split) -> bool:
+    """Whether a product leading a chain runs its chunks whole rather than in blocks
+    (chaining.chain_block): on OpenBLAS, and on the narrow-type kernels where each block
+    would pack (or read again) a whole other operand larger than a block: B for blocks
+    of C's rows, A for blocks of its columns (a BERT-base-sized FFN at batch 32, 4,096 x
+    768 @ 768 x 3,072 in 8 bits with its GELU, ran in blocks of 21 rows: 63 ms, against
+    26 for the product and a loop kernel after it)."""
+    own = (blas_plan(kernel) or {}).get("own")
+    if own is None:
+        return True
+    if own not in NATIVE_FORMS:
+        return False
+    names = lambda vs: {v.name for v in vs if isinstance(v, ix.IVar)}   # noqa: E731
+    other = kernel.rhs if split.name in names(kernel.m_vars) else \
+        kernel.lhs if split.name in names(kernel.n_vars) else None
+    return other is not None and hint(other.buffer.nbytes) > CHAIN_BLOCK_BYTES

@@ -49,6 +49,15 @@ CHAIN_INTERLEAVE = 4   # innermost loop CHAIN_INTERLEAVE vectors side by side: i
 # kernel (its quantize/dequantize pairs, erf: 49 primitives) 0.85 -> 0.49 ms; the model
 # 8.50 -> 7.83 ms, ConvNeXt-style float32 12.40 -> 11.97 ms (same process, alternately)
 
+
+def chain_interleave(stores) -> int:
+    """How many vectors the innermost loop of `stores` runs side by side: CHAIN_INTERLEAVE
+    where they compute LONG_CHAIN_OPS primitives an element or more, else 0 (LLVM's
+    choice)."""
+    ops = sum(isinstance(e, K.Prim) for e in K.value_exprs([s.value for s in stores]))
+    return CHAIN_INTERLEAVE if ops >= LONG_CHAIN_OPS else 0
+
+
 class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
     """Emits one kernel's loops and expressions into a function."""
 
@@ -189,9 +198,7 @@ class Emitter(ValueEmitter, ReductionEmitter, DotEmitter):
         emit(k)
 
     def emit_loop(self, k) -> None:
-        self.interleave = CHAIN_INTERLEAVE if sum(
-            isinstance(e, K.Prim) for e in K.value_exprs([s.value for s in k.stores])
-        ) >= LONG_CHAIN_OPS else 0
+        self.interleave = chain_interleave(k.stores)
         self.hoisted = hoistable_choices(k)
         self.splits = interior.guards([s.value for s in k.stores],
                                       [i for s in k.stores for i in s.index])
