@@ -11,7 +11,7 @@ from graphc.backends.cpu import amx, amx_int8, vnni
 from graphc_runtime import host
 
 from bf16_checks import jit_product
-from test_int8_products import X86, low_bytes, words
+from test_int8_products import X86, _call, low_bytes, words
 
 FEATURES = "+amx-tile,+amx-int8,+avx512f,+avx512bw,+avx512vl,+avx512vnni"
 FORMS = {False: amx_int8.UNSIGNED_A, True: amx_int8.SIGNED_A}
@@ -30,13 +30,6 @@ def _operands(m, k, n, signed_a, seed):
     a, b_ = rng.integers(lo_a, hi_a, (m, k)), rng.integers(lo_b, hi_b, (k, n))
     want = np.matmul(low_bytes(a, signed_a), low_bytes(b_, not signed_a)).astype(np.int32)
     return a, b_, want
-
-
-def _call(product, a, b_, m, n, q, a_strides, b_strides, ldc):
-    c = np.full((m, ldc), -7, np.int32)
-    product(m, n, q, a.ctypes.data, *a_strides, b_.ctypes.data, *b_strides, c.ctypes.data,
-            ldc)
-    return c
 
 
 @pytest.mark.skipif(not X86, reason="AMX is x86-64 code")

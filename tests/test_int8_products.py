@@ -227,21 +227,13 @@ def test_the_cuda_lowering_assembles(tmp_path):
     assert "error" not in report.lower()
 
 
-def _dot_kernels(out, threads=2):
-    """The lowered dot kernels of a program computing `out` (its graph current)."""
-    from graphc.backends.cpu import module as codegen
-    seen = {}
-    real = codegen.emit_module
-
-    def spy(name, lowered, n, profile=False, **kwargs):
-        seen["lowered"] = lowered
-        return real(name, lowered, n, profile, **kwargs)
-    codegen.emit_module = spy
-    try:
-        gc.compile(out, num_threads=threads)
-    finally:
-        codegen.emit_module = real
-    return [k for k in seen["lowered"].kernels if k.kind == "dot"]
+def _dot_kernels(build, threads=2):
+    """The lowered dot kernels of a program computing build() (in a graph of its own)."""
+    from test_chaining import _lowered
+    g = gc.Graph()
+    with g:
+        out = build()
+    return [k for k in _lowered(g, out, threads).kernels if k.kind == "dot"]
 
 
 @needs_vnni
@@ -253,15 +245,14 @@ def test_a_chain_led_by_an_8bit_product_blocks_only_where_its_other_operand_is_s
     from graphc.kernels import index as ix
     rng = np.random.default_rng(13)
     for (m, k, n), unblocked in (((512, 768, 3072), True), ((512, 64, 64), False)):
-        with gc.Graph():
-            x = gc.placeholder((m, k), "int32", name="x")
-            y = gc.constant(rng.integers(-128, 128, (k, n)).astype(np.int32))
-            kern, = _dot_kernels(gc.matmul_8bit(x, y))
+        y = rng.integers(-128, 128, (k, n)).astype(np.int32)
+        kern, = _dot_kernels(lambda: gc.matmul_8bit(
+            gc.placeholder((m, k), "int32", name="x"), gc.constant(y)))
         rows = next(v for v in kern.m_vars if isinstance(v, ix.IVar))
         assert codegen._unblocked_chain(kern, rows) is unblocked, (m, k, n)
-    with gc.Graph():                     # graphc's own float32 kernels keep their blocks
-        x = gc.placeholder((512, 64), "float32", name="x")
-        kern, = _dot_kernels(x @ gc.constant(np.ones((64, 64), np.float32)))
+    # graphc's own float32 kernels keep their blocks
+    kern, = _dot_kernels(lambda: gc.placeholder((512, 64), "float32", name="x") @
+                         gc.constant(np.ones((64, 64), np.float32)))
     rows = next(v for v in kern.m_vars if isinstance(v, ix.IVar))
     assert not codegen._unblocked_chain(kern, rows)
 
@@ -289,9 +280,8 @@ def test_a_long_epilogue_of_an_8bit_product_runs_four_vectors_side_by_side():
     got = exes[1](a)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)   # erf: graphc's own
     np.testing.assert_array_equal(exes[2](a), got)
-    with gc.Graph():                     # the GELUs are the product's epilogue
-        x = gc.placeholder(a.shape, "int32", name="x")
-        kern, = _dot_kernels(gelus(x), threads=1)
-        assert chain_interleave(kern.epilogue) == CHAIN_INTERLEAVE
-        short, = _dot_kernels(gc.cast(gc.matmul_8bit(x, gc.constant(b_)), "float32") * 2.0)
-        assert chain_interleave(short.epilogue) == 0
+    kern, = _dot_kernels(lambda: gelus(gc.placeholder(a.shape, "int32", name="x")), 1)
+    assert chain_interleave(kern.epilogue) == CHAIN_INTERLEAVE     # the product's epilogue
+    short, = _dot_kernels(lambda: gc.cast(gc.matmul_8bit(
+        gc.placeholder(a.shape, "int32", name="x"), gc.constant(b_)), "float32") * 2.0)
+    assert chain_interleave(short.epilogue) == 0

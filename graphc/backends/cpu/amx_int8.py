@@ -76,10 +76,6 @@ def worth_tiles(m, n, words) -> bool:
         (at_least(m, 2 * MIN_ROWS) or at_least(words, 2 * MIN_WORDS))
 
 
-def declare(module: ir.Module, name: str = NAME) -> ir.Function:
-    return vnni.declare(module, name)
-
-
 def build(module: ir.Module, allocator: str = "malloc", signed_a: bool = False) -> ir.Function:
     """The product function: packing, the block kernel (block_ir, linked in beside it)
     a panel at a time, the panel's int32 sums copied into C."""
@@ -182,18 +178,13 @@ def build(module: ir.Module, allocator: str = "malloc", signed_a: bool = False) 
     return fn
 
 
-class _Form:
-    """One of the two product functions, as dot_plan.native_kernel hands them out."""
-
-    def __init__(self, name: str, signed_a: bool):
-        self.NAME, self.signed_a = name, signed_a
+class _Form(vnni.Form):
+    """One of the two product functions, as dot_plan.native_kernel hands them out (and
+    the block kernel gemm_ir links in beside it)."""
 
     @staticmethod
     def usable(features: str) -> bool:
         return usable(features)
-
-    def declare(self, module: ir.Module) -> ir.Function:
-        return declare(module, self.NAME)
 
     def build(self, module: ir.Module, allocator: str = "malloc") -> ir.Function:
         return build(module, allocator, self.signed_a)

@@ -154,9 +154,9 @@ def build(module: ir.Module, allocator: str = "malloc", signed_a: bool = False) 
     return fn
 
 
-class _Form:
+class Form:
     """One of the two product functions, as dot_plan.native_kernel hands them out:
-    usable(), declare(), build()."""
+    usable(), declare(), build() (amx_int8.py's forms derive from it)."""
 
     def __init__(self, name: str, signed_a: bool):
         self.NAME, self.signed_a = name, signed_a
@@ -172,4 +172,4 @@ class _Form:
         return build(module, allocator, self.signed_a)
 
 
-UNSIGNED_A, SIGNED_A = _Form(NAME, False), _Form(NAME_SIGNED_A, True)
+UNSIGNED_A, SIGNED_A = Form(NAME, False), Form(NAME_SIGNED_A, True)
