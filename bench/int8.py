@@ -6,10 +6,9 @@ runs the quantized file (its products on 8-bit integers: AMX tiles or AVX512-VNN
 vpdpbusd where the CPU has them) and the float32 file, onnxruntime runs the same two
 files (CPU execution provider, all graph optimizations, intra-op threads = graphc's,
 spinning off so that neither steals the other's cores), all in one process and timed
-alternately. Printed
-per model and batch: each time (ms), graphc int8 over graphc float32 (the issue's target:
-1.7x on the CNNs, 1.5x on BERT-style) and onnxruntime int8 / graphc int8 (> 1: graphc
-faster; target 1.0x each, ahead on the geometric mean). Outputs are checked first:
+alternately. Printed per model and batch: each time (ms), graphc int8 over graphc
+float32 (the issue's target: 1.7x on the CNNs, 1.5x on BERT-style) and onnxruntime int8
+/ graphc int8 (> 1: graphc faster; target 1.0x each, ahead on the geometric mean). Outputs are checked first:
 graphc's int8 output within one quantization step of onnxruntime's, or within the
 distance between onnxruntime's own optimized run (its int8 kernels) and its plain one
 (each QDQ op as written) where that is larger: roundings differ by one step in some

@@ -239,6 +239,23 @@ def word_panels(b: ir.IRBuilder, fn: ir.Function, steps, rows: int, panel: int,
     return raw, base, b.gep(base, [a_words]), Mp, Np
 
 
+def pack_rows(b: ir.IRBuilder, A, a_row, a_col, M, K, Ap, Mp, Kp, zero) -> None:
+    """A's rows packed at Ap, row i at i*Kp: its K elements (A[i*a_row + k*a_col]),
+    then `zero` up to Kp; rows M..Mp all zeros."""
+    c = lambda v: ir.Constant(I64, v)                                # noqa: E731
+    less = lambda bound: (lambda i: b.icmp_signed("<", i, bound))   # noqa: E731
+
+    def row(i):
+        dst = b.mul(i, Kp)
+        width = b.select(b.icmp_signed("<", i, M), K, c(0))
+        src = b.mul(i, a_row)
+        loop(b, "ak", c(0), c(1), less(width), lambda k: b.store(
+            b.load(b.gep(A, [b.add(src, b.mul(k, a_col))])), b.gep(Ap, [b.add(dst, k)])))
+        loop(b, "az", b.add(dst, width), c(1), less(b.add(dst, Kp)),
+             lambda t: b.store(zero, b.gep(Ap, [t])))
+    loop(b, "ai", c(0), c(1), less(Mp), row)
+
+
 def free_scratch(b: ir.IRBuilder, raw) -> None:
     module = b.function.module
     i8p = ir.PointerType(I8)
@@ -279,18 +296,7 @@ def build(module: ir.Module, allocator: str = "malloc") -> ir.Function:
         """dst[begin..end) = value."""
         loop(b, name, begin, one, less(end), lambda t: b.store(value, b.gep(dst, [t])))
 
-    # A: row i at Ap + i*Kp: its K elements, then zeros (all zeros past row M)
-    def a_row_copy(i):
-        dst = b.mul(i, Kp)
-        width = b.select(b.icmp_signed("<", i, M), Kd, c(0))
-        src = b.mul(i, a_row)
-
-        def elem(k):
-            v = b.load(b.gep(A, [b.add(src, b.mul(k, a_col))]))
-            b.store(v, b.gep(Ap, [b.add(dst, k)]))
-        loop(b, "ak", c(0), one, less(width), elem)
-        fill(Ap, b.add(dst, width), b.add(dst, Kp), zero, "az")
-    loop(b, "ai", c(0), one, less(Mp), a_row_copy)
+    pack_rows(b, A, a_row, a_col, M, Kd, Ap, Mp, Kp, zero)
 
     # B: the panel of columns j0..j0+31 at Bp + j0*Kp; its pair row kk 64 elements,
     # column jj's pair at 2*jj: (B[2kk, j], B[2kk + 1, j]), zeros past K and past N

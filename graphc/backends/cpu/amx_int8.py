@@ -33,7 +33,7 @@ NAME = "graphc_own_gemm_amxi8_int32"             # A's bytes unsigned, B's signe
 NAME_SIGNED_A = "graphc_own_gemm_amxi8su_int32"  # A's bytes signed, B's unsigned
 TILE = amx.TILE              # rows and columns of C a block covers
 WORDS = 16                   # words of k (64 bytes) a tile step takes
-LANES = 16
+LANES = vnni.LANES
 MIN_ROWS = 16                # fewer rows of C (a batch-1 token, a 1 x 1 image's
 # vector): the tiles would be mostly padding, vpdpbusd runs it (vnni.py); 144 x 24 @
 # 24 x 3136 (6 words of k) took 0.20 ms there against 0.10 on vpdpbusd
@@ -101,17 +101,7 @@ def build(module: ir.Module, allocator: str = "malloc", signed_a: bool = False) 
     vi = ir.VectorType(I32, LANES)
     vector_at = lambda p: b.bitcast(p, ir.PointerType(vi))         # noqa: E731
 
-    def fill(dst, begin, end, name):
-        loop(b, name, begin, one, less(end), lambda t: b.store(zero, b.gep(dst, [t])))
-
-    def a_row_copy(i):                  # row i: its Q words, then zeros (all past M)
-        dst = b.mul(i, Qp)
-        width = b.select(b.icmp_signed("<", i, M), Q, c(0))
-        src = b.mul(i, a_row)
-        loop(b, "aq", c(0), one, less(width), lambda q: b.store(
-            b.load(b.gep(A, [b.add(src, b.mul(q, a_col))])), b.gep(Ap, [b.add(dst, q)])))
-        fill(Ap, b.add(dst, width), b.add(dst, Qp), "az")
-    loop(b, "ai", c(0), one, less(Mp), a_row_copy)
+    amx.pack_rows(b, A, a_row, a_col, M, Q, Ap, Mp, Qp, zero)   # Q words a row
 
     # B's rows of contiguous words in whole tiles of k, read by few row blocks: the
     # tiles read its whole panels where they lie
